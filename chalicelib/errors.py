@@ -1,0 +1,45 @@
+"""Answers the waiting room gives instead of a result, each with its HTTP status and stable code."""
+
+from __future__ import annotations
+
+
+class QueueError(Exception):
+    """A refusal the client can act on: bad input, no place in line, a bad ticket."""
+
+    status = 400
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, str]:
+        return {"code": self.code, "detail": self.detail}
+
+
+class InvalidArgument(QueueError):
+    pass
+
+
+class UnknownTargetType(QueueError):
+    status = 404
+    code = "UNKNOWN_TARGET_TYPE"
+
+
+class InvalidQueueTicket(QueueError):
+    status = 403
+    code = "INVALID_QUEUE_TICKET"
+
+
+class NotInQueue(QueueError):
+    status = 404
+    code = "NOT_IN_QUEUE"
+
+
+class QueueFull(QueueError):
+    status = 429
+    code = "QUEUE_FULL"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("the line is full; try again later", {"Retry-After": str(retry_after_s)})

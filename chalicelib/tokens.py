@@ -1,0 +1,128 @@
+"""The only code that knows the format of entry tokens and queue tickets.
+
+Both are `base64url(payload) "." base64url(HMAC-SHA256(secret[kid], payload))`, unpadded, where the
+payload is ASCII fields joined by `|`, led by a kind tag (`et1` entry token, `qt1` queue ticket) so
+one can never pass for the other. Exactly one spelling verifies: anything that does not re-encode
+to the same text is refused. Reading never raises; it answers None for anything not genuine.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Pattern
+
+from chalicelib.config import Keyring
+from chalicelib.targets import Target
+
+# A token is ~150 characters; refuse anything much longer before doing any work on it.
+MAX_TOKEN_CHARS = 512
+_SIGNATURE_BYTES = hashlib.sha256().digest_size
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+_ID = r"[1-9][0-9]{0,17}"
+_HEAD = r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>limited-drop|ticketing-event)\|(?P<target>" + _ID + r")\|(?P<user>" + _ID + r")"
+_ENTRY_PAYLOAD = re.compile(r"et1\|" + _HEAD + r"\|(?P<exp>[1-9][0-9]{0,11})\|(?P<tid>[A-Za-z0-9_-]{22})")
+_TICKET_PAYLOAD = re.compile(r"qt1\|" + _HEAD + r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})")
+
+
+@dataclass(frozen=True)
+class EntryToken:
+    """Proof that `user_id` was admitted to `target`, usable until `expires_at` (epoch seconds)."""
+
+    text: str
+    target: Target
+    user_id: int
+    expires_at: int
+    token_id: str
+
+    def grants(self, target: Target, user_id: int) -> bool:
+        return self.target == target and self.user_id == user_id
+
+
+@dataclass(frozen=True)
+class QueueTicket:
+    """Proof that `user_id` entered `target`'s line with sequence number `seq` at `entered_at_ms`."""
+
+    text: str
+    target: Target
+    user_id: int
+    seq: int
+    entered_at_ms: int
+
+
+def _encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _decode(text: str) -> bytes | None:
+    """The bytes `text` spells, only if `text` is their one canonical unpadded base64url spelling."""
+    if not _B64URL.fullmatch(text):
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    return raw if _encode(raw) == text else None
+
+
+class TokenSigner:
+    """Mints and reads entry tokens and queue tickets with the keys of a keyring."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        self._keyring = keyring
+
+    def mint_entry_token(self, target: Target, user_id: int, now: float, ttl_s: int) -> EntryToken:
+        expires_at = int(now) + ttl_s
+        token_id = _encode(secrets.token_bytes(16))
+        text = self._seal(f"et1|{self._keyring.active_kid}|{target.type}|{target.id}|{user_id}|{expires_at}|{token_id}")
+        return EntryToken(text, target, user_id, expires_at, token_id)
+
+    def read_entry_token(self, text: object, now: float) -> EntryToken | None:
+        """The genuine, unexpired entry token `text` spells, else None."""
+        fields = self._open(text, _ENTRY_PAYLOAD)
+        if fields is None or int(fields["exp"]) <= now:
+            return None
+        return EntryToken(
+            str(text), Target(fields["type"], int(fields["target"])), int(fields["user"]),
+            int(fields["exp"]), fields["tid"],
+        )
+
+    def issue_ticket(self, target: Target, user_id: int, seq: int, entered_at_ms: int) -> QueueTicket:
+        text = self._seal(f"qt1|{self._keyring.active_kid}|{target.type}|{target.id}|{user_id}|{seq}|{entered_at_ms}")
+        return QueueTicket(text, target, user_id, seq, entered_at_ms)
+
+    def read_ticket(self, text: object) -> QueueTicket | None:
+        """The genuine queue ticket `text` spells, else None."""
+        fields = self._open(text, _TICKET_PAYLOAD)
+        if fields is None:
+            return None
+        return QueueTicket(
+            str(text), Target(fields["type"], int(fields["target"])), int(fields["user"]),
+            int(fields["seq"]), int(fields["at"]),
+        )
+
+    def _seal(self, payload: str) -> str:
+        raw = payload.encode("ascii")
+        secret = self._keyring.secrets[self._keyring.active_kid]
+        return _encode(raw) + "." + _encode(hmac.new(secret, raw, hashlib.sha256).digest())
+
+    def _open(self, text: object, payload_format: Pattern[str]) -> dict[str, str] | None:
+        if not isinstance(text, str) or len(text) > MAX_TOKEN_CHARS or text.count(".") != 1:
+            return None
+        payload_text, signature_text = text.split(".")
+        payload, signature = _decode(payload_text), _decode(signature_text)
+        if payload is None or signature is None or len(signature) != _SIGNATURE_BYTES:
+            return None
+        match = payload_format.fullmatch(payload.decode("ascii", "replace"))
+        if match is None:
+            return None
+        secret = self._keyring.secrets.get(match["kid"])
+        if secret is None:
+            return None
+        expected = hmac.new(secret, payload, hashlib.sha256).digest()
+        return match.groupdict() if hmac.compare_digest(expected, signature) else None

@@ -1,0 +1,10 @@
+-- leave.lua: take a user out of line, and drop any entry token they were issued. Idempotent.
+-- KEYS[1] waiting     zset: user id -> seq
+-- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
+-- KEYS[3] token       this user's issued entry token
+-- ARGV[1] user id
+-- Returns 1 if the user was in line, else 0.
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3])
+return removed

@@ -1,0 +1,31 @@
+-- status.lua: a waiting user's poll (also their heartbeat); admits them once the mark has passed their seq.
+-- KEYS[1] waiting     zset: user id -> seq
+-- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
+-- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
+-- KEYS[4] token       this user's issued entry token (expires with it)
+-- ARGV[1] user id   ARGV[2] now (ms)
+-- ARGV[3] a freshly minted entry token, stored only if this call admits the user   ARGV[4] its TTL (ms)
+-- Returns one of:
+--   {'ADMITTED', token, issued now (0|1)}
+--   {'WAITING', seq, users ahead}
+--   {'NOT_IN_QUEUE'}
+local user = ARGV[1]
+local held = redis.call('GET', KEYS[4])
+if held then
+  return {'ADMITTED', held, 0}
+end
+
+local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
+if not seq then
+  return {'NOT_IN_QUEUE'}
+end
+local mark = tonumber(redis.call('GET', KEYS[3]) or '0')
+if seq <= mark then
+  redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4])
+  redis.call('ZREM', KEYS[1], user)
+  redis.call('ZREM', KEYS[2], user)
+  return {'ADMITTED', ARGV[3], 1}
+end
+redis.call('ZADD', KEYS[2], ARGV[2], user)
+-- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
+return {'WAITING', seq, redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)}
