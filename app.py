@@ -20,16 +20,21 @@ ENTRIES = "/virtual-queues/{queue_type}/{target_id}/entries"
 
 
 def answers_queue_errors(view):
-    """Turn a QueueError into its JSON answer: `{"code", "detail"}` with the error's status."""
+    """Answer JSON: a view's dict as 200, a QueueError as `{"code", "detail"}` with the error's status."""
 
     @functools.wraps(view)
     def answer(*args, **kwargs):
         try:
-            return view(*args, **kwargs)
+            result = view(*args, **kwargs)
         except QueueError as err:
-            return Response(body=err.body(), status_code=err.status, headers=err.headers)
+            return _json(err.body(), err.status, err.headers)
+        return result if isinstance(result, Response) else _json(result)
 
     return answer
+
+
+def _json(body, status=200, headers=None):
+    return Response(body=body, status_code=status, headers={"Content-Type": "application/json", **(headers or {})})
 
 
 def _header(name):
