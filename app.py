@@ -2,11 +2,18 @@
 
 import functools
 import os
+import time
 
-from chalice import Chalice, Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.jmespath_utils import query
+from chalice import Chalice, ConvertToMiddleware, IAMAuthorizer, Response
 
-from chalicelib import runtime
+from chalicelib import gate, runtime
 from chalicelib.errors import QueueError
+from chalicelib.observability import logger, metrics, tracer
+from chalicelib.purchase import PurchaseRequest
+from chalicelib.pump import Pump, ticks_requested
 from chalicelib.targets import parse_target, parse_user_id
 
 app = Chalice(app_name="virtual-queue", configure_logs=False)
@@ -16,7 +23,15 @@ app = Chalice(app_name="virtual-queue", configure_logs=False)
 if not os.environ.get("AWS_CHALICE_CLI_MODE"):
     runtime.settings()
 
-ENTRIES = "/virtual-queues/{queue_type}/{target_id}/entries"
+# Every route logs JSON with the API Gateway request id as correlation id (never the request itself:
+# it carries tickets and tokens), and is traced when X-Ray is on.
+app.register_middleware(ConvertToMiddleware(logger.inject_lambda_context(
+    correlation_id_path=correlation_paths.API_GATEWAY_REST, log_event=False, clear_state=True,
+)), "http")
+app.register_middleware(ConvertToMiddleware(tracer.capture_lambda_handler), "http")
+
+QUEUE = "/virtual-queues/{queue_type}/{target_id}"
+ENTRIES = QUEUE + "/entries"
 
 
 def answers_queue_errors(view):
@@ -41,25 +56,103 @@ def _header(name):
     return app.current_request.headers.get(name)
 
 
+def _target(queue_type, target_id):
+    target = parse_target(queue_type, target_id)
+    logger.append_keys(target=str(target))
+    return target
+
+
+def _user_id():
+    user_id = parse_user_id(_header("x-user-id"))
+    logger.append_keys(user_id=user_id)
+    return user_id
+
+
 @app.route(ENTRIES, methods=["POST"])
 @answers_queue_errors
 def enter(queue_type, target_id):
-    target = parse_target(queue_type, target_id)
-    entry = runtime.waiting_room().enter(target, parse_user_id(_header("x-user-id")))
-    return entry.to_body()
+    target = _target(queue_type, target_id)
+    return runtime.waiting_room().enter(target, _user_id()).to_body()
 
 
 @app.route(ENTRIES + "/me", methods=["GET"])
 @answers_queue_errors
 def status(queue_type, target_id):
-    target = parse_target(queue_type, target_id)
-    user_id = parse_user_id(_header("x-user-id"))
-    return runtime.waiting_room().status(target, user_id, _header("x-queue-ticket")).to_body()
+    target = _target(queue_type, target_id)
+    return runtime.waiting_room().status(target, _user_id(), _header("x-queue-ticket")).to_body()
 
 
 @app.route(ENTRIES + "/me", methods=["DELETE"])
 @answers_queue_errors
 def leave(queue_type, target_id):
-    target = parse_target(queue_type, target_id)
-    runtime.waiting_room().leave(target, parse_user_id(_header("x-user-id")), _header("x-queue-ticket"))
+    target = _target(queue_type, target_id)
+    runtime.waiting_room().leave(target, _user_id(), _header("x-queue-ticket"))
     return Response(body="", status_code=204)
+
+
+@app.route(QUEUE + "/stats", methods=["GET"], authorizer=IAMAuthorizer())
+@answers_queue_errors
+def stats(queue_type, target_id):
+    return runtime.waiting_room().stats(_target(queue_type, target_id))
+
+
+# --- purchase gate ---
+
+
+@app.lambda_function(name="purchase_authorizer")
+# log_event stays off whatever the environment says: the event carries the entry token.
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+def purchase_authorizer(event, context):
+    """API Gateway REQUEST authorizer of the purchase routes: Allow exactly this method ARN for a valid
+    entry token of the route's target and the caller's X-User-Id, else Deny. Needs no Redis; never raises."""
+    verdict = gate.authorize(runtime.signer(), event, time.time())
+    if not verdict.allowed:
+        # Only a denial logs, so only a denial looks up the request id (on every Allow, a quarter of its cost).
+        logger.set_correlation_id(query(event, correlation_paths.API_GATEWAY_REST))
+        if verdict.target is not None:
+            metrics.add_dimension(name="target", value=str(verdict.target))
+        metrics.add_metric(name="BypassDenied", unit=MetricUnit.Count, value=1)
+        logger.info("purchase denied", extra={"target": str(verdict.target) if verdict.target else None})
+    return verdict.policy
+
+
+def _purchase(target_type, target_id):
+    request = app.current_request
+    answer = runtime.purchase_gate().purchase(PurchaseRequest(
+        target_type=target_type,
+        target_id=target_id,
+        entry_token=request.headers.get("x-entry-token"),
+        user_id=request.headers.get("x-user-id"),
+        authorizer=request.context.get("authorizer"),
+        body=request.raw_body,
+        content_type=request.headers.get("content-type"),
+        request_id=request.context.get("requestId"),
+    ))
+    headers = {"Content-Type": answer.content_type} if answer.content_type else {}
+    return Response(body=answer.text, status_code=answer.status, headers=headers)
+
+
+@app.route(gate.PURCHASE_PATHS["limited-drop"].format("{drop_id}"), methods=["POST"])
+@answers_queue_errors
+def order_limited_drop(drop_id):
+    return _purchase("limited-drop", drop_id)
+
+
+@app.route(gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}"), methods=["POST"])
+@answers_queue_errors
+def select_seats(event_id):
+    return _purchase("ticketing-event", event_id)
+
+
+# --- admission pump ---
+
+
+@app.lambda_function(name="admission_pump")
+@logger.inject_lambda_context
+@metrics.log_metrics
+def admission_pump(event, context):
+    """Every minute from EventBridge (infra/pump-schedule.json): tick until shortly before the deadline.
+    `{"ticks": N}` runs exactly N ticks. Answers the run's totals."""
+    pump = Pump(runtime.store(), runtime.settings())
+    return pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis).to_body()

@@ -12,6 +12,21 @@
 | `VQ_HEARTBEAT_TIMEOUT_S` | 60 | a user who has not polled for this long is evicted |
 | `VQ_TOKEN_TTL_S` | 300 | lifetime of an entry token |
 | `VQ_QUEUE_IDLE_TTL_S` | 1800 | an untouched queue's keys expire after this |
+| `VQ_MAX_EVICT_PER_TICK` | 1000 | most users one pump tick evicts per target (bounds the script's run time) |
+| `VQ_CATCHUP_TICKS` | 5 | most ticks one admission makes up for after the pump missed some (keep above `VQ_PUMP_LEASE_TICKS`) |
+| `VQ_PUMP_LEASE_TICKS` | 3 | the pump lock lapses after this many ticks without renewal (a frozen pump) |
+| `VQ_ORIGIN_LIMITED_DROP_URL` | unset | downstream of limited-drop orders: http(s) base URL, the route's path is appended; unset answers 503 |
+| `VQ_ORIGIN_TICKETING_URL` | unset | downstream of ticketing seat selection, likewise |
+| `VQ_ORIGIN_TIMEOUT_MS` | 5000 | how long a purchase waits for the downstream before giving the token back |
+| `VQ_TOKEN_KEYS_SECRET_ID` | unset | Secrets Manager secret holding `{"activeKid": ..., "keys": {...}}`; replaces the two above when set |
+| `VQ_KEYS_MAX_AGE_S` | 300 | how long fetched signing keys are reused before being read again (rotation) |
+| `VQ_APPCONFIG_APPLICATION`, `VQ_APPCONFIG_ENVIRONMENT`, `VQ_APPCONFIG_PROFILE` | unset | where the feature flag lives; unset: the JSON file below |
+| `VQ_FLAGS_FILE` | `infra/flags.json` | local feature flag file (same schema as the AppConfig profile) |
+| `VQ_FLAG_MAX_AGE_S` | 3 | how long a fetched flag configuration is reused |
+| `VQ_QUEUE_ENABLED_DEFAULT` | `true` | the flag's answer when its store cannot be read (`true`: keep queueing) |
+| `VQ_FAIL_MODE` | `open` | Redis unreachable: `open` lets users in directly (DIRECT_ADMITTED), `closed` answers 503 |
+| `VQ_BREAKER_FAILURES` | 3 | consecutive Redis failures that open the circuit breaker |
+| `VQ_BREAKER_COOLDOWN_MS` | 5000 | how long an open breaker skips Redis before probing it again |
 """
 
 from __future__ import annotations
@@ -19,9 +34,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping
 
+ROOT = Path(__file__).resolve().parent.parent
 KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 MIN_SECRET_LENGTH = 32
 
@@ -34,8 +51,8 @@ class ConfigError(RuntimeError):
 class Keyring:
     """Signing secrets by key id; `active_kid` signs, every listed key verifies."""
 
-    secrets: Mapping[str, bytes]
-    active_kid: str
+    secrets: Mapping[str, bytes] = field(repr=False)  # never in a log line or a traceback
+    active_kid: str = ""
 
     @classmethod
     def from_json(cls, text: str | None, active_kid: str | None) -> "Keyring":
@@ -67,6 +84,30 @@ class Keyring:
             raise ConfigError(f"VQ_TOKEN_ACTIVE_KID {active_kid!r} is not a key of VQ_TOKEN_KEYS")
         return cls({kid: secret.encode() for kid, secret in raw.items()}, active_kid)
 
+    @classmethod
+    def from_secret(cls, text: str) -> "Keyring":
+        """The keyring in a Secrets Manager secret: `{"activeKid": "k2", "keys": {"k1": "...", "k2": "..."}}`."""
+        try:
+            value = json.loads(text)
+            keys, active_kid = value["keys"], value["activeKid"]
+        except (ValueError, TypeError, KeyError):
+            raise ConfigError('the signing key secret must be JSON {"activeKid": ..., "keys": {...}}') from None
+        return cls.from_json(json.dumps(keys), active_kid)
+
+
+def load_keyring(env: Mapping[str, str] = os.environ) -> Keyring:
+    """Signing keys: from Secrets Manager (cached) when `VQ_TOKEN_KEYS_SECRET_ID` is set, else from the environment."""
+    secret_id = env.get("VQ_TOKEN_KEYS_SECRET_ID")
+    if not secret_id:
+        return Keyring.from_json(env.get("VQ_TOKEN_KEYS"), env.get("VQ_TOKEN_ACTIVE_KID") or None)
+    from aws_lambda_powertools.utilities import parameters  # boto3 is only paid for where the secret is used
+
+    try:
+        text = parameters.get_secret(secret_id, max_age=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300))
+    except Exception as err:  # any failure to fetch: say which secret, never its value
+        raise ConfigError(f"cannot read the signing keys from secret {secret_id!r}: {type(err).__name__}") from None
+    return Keyring.from_secret(text)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -81,6 +122,21 @@ class Settings:
     heartbeat_timeout_s: int = 60
     token_ttl_s: int = 300
     queue_idle_ttl_s: int = 1800
+    max_evict_per_tick: int = 1000
+    catchup_ticks: int = 5
+    pump_lease_ticks: int = 3
+    origin_limited_drop_url: str | None = None
+    origin_ticketing_url: str | None = None
+    origin_timeout_ms: int = 5000
+    keys_max_age_s: int = 300
+    keys_secret_id: str | None = None
+    appconfig: tuple[str, str, str] | None = None  # application, environment, profile
+    flags_file: Path = ROOT / "infra" / "flags.json"
+    flag_max_age_s: int = 3
+    queue_enabled_default: bool = True
+    fail_open: bool = True
+    breaker_failures: int = 3
+    breaker_cooldown_ms: int = 5000
 
     @property
     def admissions_per_second(self) -> float:
@@ -96,6 +152,33 @@ def _positive_int(env: Mapping[str, str], name: str, default: int, minimum: int 
     return int(text)
 
 
+def _origin_url(env: Mapping[str, str], name: str) -> str | None:
+    text = env.get(name)
+    if not text:
+        return None
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", text):
+        raise ConfigError(f"{name} must be an http(s) URL without query or fragment, got {text!r}")
+    # Purchase paths are appended to it, so a trailing slash would double up.
+    return text.rstrip("/")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: Mapping[str, bool], default: str) -> bool:
+    text = env.get(name) or default
+    if text not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+    return choices[text]
+
+
+def _appconfig(env: Mapping[str, str]) -> tuple[str, str, str] | None:
+    names = ("VQ_APPCONFIG_APPLICATION", "VQ_APPCONFIG_ENVIRONMENT", "VQ_APPCONFIG_PROFILE")
+    values = tuple(env.get(name) or "" for name in names)
+    if not any(values):
+        return None
+    if not all(values):
+        raise ConfigError(f"set all of {', '.join(names)} or none of them")
+    return values  # type: ignore[return-value]
+
+
 def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     """Read and validate the settings; raises ConfigError with a readable message."""
     prefix = env.get("VQ_KEY_PREFIX", "vq")
@@ -104,11 +187,26 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     return Settings(
         redis_url=env.get("REDIS_URL") or None,
         key_prefix=prefix,
-        keyring=Keyring.from_json(env.get("VQ_TOKEN_KEYS"), env.get("VQ_TOKEN_ACTIVE_KID") or None),
+        keyring=load_keyring(env),
         batch_size=_positive_int(env, "VQ_BATCH_SIZE", 100),
         tick_ms=_positive_int(env, "VQ_TICK_MS", 2000, minimum=100),
         max_waiting=_positive_int(env, "VQ_MAX_WAITING", 100_000),
         heartbeat_timeout_s=_positive_int(env, "VQ_HEARTBEAT_TIMEOUT_S", 60),
         token_ttl_s=_positive_int(env, "VQ_TOKEN_TTL_S", 300),
         queue_idle_ttl_s=_positive_int(env, "VQ_QUEUE_IDLE_TTL_S", 1800),
+        max_evict_per_tick=_positive_int(env, "VQ_MAX_EVICT_PER_TICK", 1000),
+        catchup_ticks=_positive_int(env, "VQ_CATCHUP_TICKS", 5),
+        pump_lease_ticks=_positive_int(env, "VQ_PUMP_LEASE_TICKS", 3),
+        origin_limited_drop_url=_origin_url(env, "VQ_ORIGIN_LIMITED_DROP_URL"),
+        origin_ticketing_url=_origin_url(env, "VQ_ORIGIN_TICKETING_URL"),
+        origin_timeout_ms=_positive_int(env, "VQ_ORIGIN_TIMEOUT_MS", 5000),
+        keys_max_age_s=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300),
+        keys_secret_id=env.get("VQ_TOKEN_KEYS_SECRET_ID") or None,
+        appconfig=_appconfig(env),
+        flags_file=Path(env.get("VQ_FLAGS_FILE") or Settings.flags_file),
+        flag_max_age_s=_positive_int(env, "VQ_FLAG_MAX_AGE_S", 3),
+        queue_enabled_default=_choice(env, "VQ_QUEUE_ENABLED_DEFAULT", {"true": True, "false": False}, "true"),
+        fail_open=_choice(env, "VQ_FAIL_MODE", {"open": True, "closed": False}, "open"),
+        breaker_failures=_positive_int(env, "VQ_BREAKER_FAILURES", 3),
+        breaker_cooldown_ms=_positive_int(env, "VQ_BREAKER_COOLDOWN_MS", 5000),
     )

@@ -43,3 +43,38 @@ class QueueFull(QueueError):
 
     def __init__(self, retry_after_s: int) -> None:
         super().__init__("the line is full; try again later", {"Retry-After": str(retry_after_s)})
+
+
+class QueueBypassDenied(QueueError):
+    status = 403
+    code = "QUEUE_BYPASS_DENIED"
+
+
+class EntryTokenUsed(QueueError):
+    status = 403
+    code = "ENTRY_TOKEN_USED"
+
+
+class OriginNotConfigured(QueueError):
+    status = 503
+    code = "ORIGIN_NOT_CONFIGURED"
+
+
+class OriginUnavailable(QueueError):
+    """The downstream did not answer: 504 when it timed out, 502 when it could not be reached."""
+
+    code = "ORIGIN_UNAVAILABLE"
+
+    def __init__(self, detail: str, timed_out: bool) -> None:
+        super().__init__(detail)
+        self.status = 504 if timed_out else 502
+
+
+class QueueUnavailable(QueueError):
+    """Queue state cannot be reached and the operator chose fail-closed (or the call cannot fail open)."""
+
+    status = 503
+    code = "QUEUE_UNAVAILABLE"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("the waiting room is briefly unavailable; try again", {"Retry-After": str(retry_after_s)})

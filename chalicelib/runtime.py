@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import functools
 
-from chalicelib.config import ConfigError, Settings, load_settings
+import pybreaker
+from aws_lambda_powertools.utilities.feature_flags import AppConfigStore, FeatureFlags
+
+from chalicelib.config import ConfigError, Settings, load_keyring, load_settings
+from chalicelib.flags import JsonFileStore, QueueSwitch
+from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore, connect
 from chalicelib.tokens import TokenSigner
@@ -17,7 +22,21 @@ def settings() -> Settings:
 
 @functools.cache
 def signer() -> TokenSigner:
-    return TokenSigner(settings().keyring)
+    s = settings()
+    # Keys from Secrets Manager are read again now and then, so a rotation reaches running containers.
+    refresh = load_keyring if s.keys_secret_id else None
+    return TokenSigner(s.keyring, refresh=refresh, max_age_s=s.keys_max_age_s)
+
+
+@functools.cache
+def switch() -> QueueSwitch:
+    s = settings()
+    if s.appconfig is not None:
+        application, environment, profile = s.appconfig
+        store = AppConfigStore(environment=environment, application=application, name=profile, max_age=s.flag_max_age_s)
+    else:
+        store = JsonFileStore(s.flags_file)
+    return QueueSwitch(FeatureFlags(store=store), default=s.queue_enabled_default)
 
 
 @functools.cache
@@ -25,15 +44,23 @@ def store() -> QueueStore:
     url = settings().redis_url
     if url is None:
         raise ConfigError("REDIS_URL is not set (`make run` starts an embedded Valkey and sets it)")
-    return QueueStore(connect(url), settings().key_prefix)
+    breaker = pybreaker.CircuitBreaker(
+        fail_max=settings().breaker_failures, reset_timeout=settings().breaker_cooldown_ms / 1000,
+    )
+    return QueueStore(connect(url), settings().key_prefix, breaker)
 
 
 @functools.cache
 def waiting_room() -> WaitingRoom:
-    return WaitingRoom(store(), signer(), settings())
+    return WaitingRoom(store(), signer(), settings(), switch())
+
+
+@functools.cache
+def purchase_gate() -> PurchaseGate:
+    return PurchaseGate(store(), signer(), settings())
 
 
 def reset() -> None:
     """Forget everything built, so the next use reads the environment again (tests, key rotation)."""
-    for built in (settings, signer, store, waiting_room):
+    for built in (settings, signer, switch, store, waiting_room, purchase_gate):
         built.cache_clear()

@@ -9,18 +9,31 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Mapping, Sequence, Union
 
+import pybreaker
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.lock import Lock
 from redis.retry import Retry
 
-from chalicelib.targets import Target
+from chalicelib import waits
+from chalicelib.errors import QueueError
+from chalicelib.observability import logger
+from chalicelib.targets import Target, parse_target
 
 # Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 
 RedisClient = Union[redis.Redis, redis.RedisCluster]
+
+# How long enter trusts a target's registration before refreshing it (heals a registration lost to a fault).
+REGISTRATION_REFRESH_MS = 60_000
+
+
+class StoreUnavailable(Exception):
+    """Queue state cannot be read or written now: Redis failed, or the circuit breaker is skipping it."""
 
 
 def connect(url: str, *, cluster: bool = False) -> RedisClient:
@@ -47,6 +60,7 @@ class Waiting:
 
     seq: int
     ahead: int
+    measured_rate: float | None = None  # admissions per second while users wait, once the pump measured it
     created: bool = False
 
 
@@ -69,6 +83,44 @@ class Gone:
 Place = Union[Waiting, Admitted, Full, Gone]
 
 
+@dataclass(frozen=True)
+class QueueFigures:
+    """Counters of one target's line, as kept in Redis."""
+
+    waiting: int  # in line, not yet admitted
+    admitted: int  # admitted by the pump since the queue started
+    left: int
+    evicted: int
+    wait_ms: int  # total wait of the users who collected their token
+    wait_histogram: dict[int, int]  # bucket (see waits.py) -> users
+    measured_rate: float | None
+
+
+@dataclass(frozen=True)
+class PumpRules:
+    """How one pump tick treats every target."""
+
+    tick_ms: int
+    batch: int
+    catchup_ticks: int
+    heartbeat_timeout_ms: int
+    max_evict: int
+    idle_ttl_ms: int
+
+
+@dataclass(frozen=True)
+class TargetTick:
+    """What one pump tick did to one target."""
+
+    applied_tick: int | None  # None: this tick had already been applied (a duplicate pump)
+    admitted: int
+    mark: int
+    waiting: int  # not yet admitted, after this tick
+    evicted: int
+    idle: bool  # nobody left in line: the target's registration was dropped
+    server_ms: int  # Redis TIME when the tick ran
+
+
 class QueueKeys:
     """Key names of one target's queue state."""
 
@@ -79,21 +131,37 @@ class QueueKeys:
         self.seq = f"{self.base}:seq"
         self.mark = f"{self.base}:mark"
         self.registered = f"{self.base}:registered"
+        self.tick = f"{self.base}:tick"
+        self.stats = f"{self.base}:stats"
+        self.waits = f"{self.base}:waits"
+        self.rate = f"{self.base}:rate"
 
     def token(self, user_id: int) -> str:
         return f"{self.base}:token:{user_id}"
+
+    def consumed(self, token_id: str) -> str:
+        return f"{self.base}:consumed:{token_id}"
 
 
 class QueueStore:
     """Queue state of every target, in one Redis (or Redis Cluster)."""
 
-    def __init__(self, client: RedisClient, prefix: str) -> None:
+    def __init__(self, client: RedisClient, prefix: str, breaker: pybreaker.CircuitBreaker | None = None) -> None:
         self.client = client
         self.prefix = prefix
+        # After a few failures in a row, client calls skip Redis for a cool-down instead of each paying the timeout.
+        self.breaker = breaker or pybreaker.CircuitBreaker(fail_max=3, reset_timeout=5)
         self.targets_key = f"{prefix}:targets"
+        self.pump_lock_key = f"{prefix}:pump-lock"
         self._enter = load_script(client, "enter")
         self._status = load_script(client, "status")
         self._leave = load_script(client, "leave")
+        self._stats = load_script(client, "stats")
+        self._admit = load_script(client, "admit")
+        self._evict = load_script(client, "evict")
+        self._forget_target = load_script(client, "forget_target")
+        self._consume = load_script(client, "consume")
+        self._restore = load_script(client, "restore")
 
     def keys(self, target: Target) -> QueueKeys:
         return QueueKeys(self.prefix, target)
@@ -104,38 +172,154 @@ class QueueStore:
     ) -> Place:
         """Put `user_id` in line (same seq if already there); `candidate_token` is kept only if this admits them."""
         k = self.keys(target)
-        reply = self._enter(
-            keys=[k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered],
-            args=[user_id, now_ms, max_waiting, idle_ttl_ms, candidate_token, token_ttl_ms],
+        reply = self._guarded(
+            self._enter, [k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered, k.rate],
+            [user_id, now_ms, max_waiting, idle_ttl_ms, candidate_token, token_ttl_ms, REGISTRATION_REFRESH_MS],
         )
-        if reply[0] == "WAITING" and reply[4]:
+        if reply[0] == "WAITING" and reply[5]:
             self._register(target)
         return _place(reply)
 
-    def status(self, target: Target, user_id: int, now_ms: int, candidate_token: str, token_ttl_ms: int) -> Place:
-        """Where `user_id` stands; refreshes their heartbeat, and admits them if the mark has passed their seq."""
+    def status(
+        self, target: Target, user_id: int, now_ms: int, candidate_token: str, token_ttl_ms: int, entered_at_ms: int,
+    ) -> Place:
+        """Where `user_id` stands; refreshes their heartbeat, and admits them if the mark has passed their seq.
+
+        On admission the wait since `entered_at_ms` goes into the target's wait-time histogram.
+        """
         k = self.keys(target)
-        return _place(self._status(
-            keys=[k.waiting, k.heartbeat, k.mark, k.token(user_id)],
-            args=[user_id, now_ms, candidate_token, token_ttl_ms],
+        wait_ms = max(0, now_ms - entered_at_ms)
+        return _place(self._guarded(
+            self._status, [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.rate],
+            [user_id, now_ms, candidate_token, token_ttl_ms, wait_ms, waits.bucket_of(wait_ms / 1000)],
         ))
 
     def leave(self, target: Target, user_id: int) -> bool:
         """Take `user_id` out of line; True if they were in it."""
         k = self.keys(target)
-        return bool(self._leave(keys=[k.waiting, k.heartbeat, k.token(user_id)], args=[user_id]))
+        return bool(self._guarded(self._leave, [k.waiting, k.heartbeat, k.token(user_id), k.stats], [user_id]))
+
+    def consume(self, target: Target, token_id: str, consumption_id: str, ttl_ms: int) -> bool:
+        """Mark entry token `token_id` used for `ttl_ms` (its remaining lifetime); False if it already was."""
+        return bool(self._guarded(self._consume, [self.keys(target).consumed(token_id)], [consumption_id, ttl_ms]))
+
+    def restore(self, target: Target, token_id: str, consumption_id: str) -> bool:
+        """Undo consumption `consumption_id` of `token_id`; False if the token expired or was used again since."""
+        return bool(self._guarded(self._restore, [self.keys(target).consumed(token_id)], [consumption_id]))
+
+    def stats(self, target: Target) -> QueueFigures:
+        """The target's counters, in one round trip."""
+        k = self.keys(target)
+        waiting, counters, histogram, rate = self._guarded(self._stats, [k.waiting, k.mark, k.stats, k.waits, k.rate], [])
+        counters = dict(zip(counters[0::2], map(int, counters[1::2])))
+        return QueueFigures(
+            waiting=waiting, admitted=counters.get("admitted", 0), left=counters.get("left", 0),
+            evicted=counters.get("evicted", 0), wait_ms=counters.get("wait_ms", 0),
+            wait_histogram={int(b): int(n) for b, n in zip(histogram[0::2], histogram[1::2])},
+            measured_rate=float(rate) if rate else None,
+        )
+
+    def _guarded(self, script: redis.commands.core.Script, keys: list, args: list):
+        """One client-facing script call through the circuit breaker; any Redis failure is StoreUnavailable."""
+        try:
+            return self.breaker.call(script, keys=keys, args=args)
+        except (redis.RedisError, pybreaker.CircuitBreakerError) as err:
+            raise StoreUnavailable(type(err).__name__) from err
 
     def _register(self, target: Target) -> None:
-        # The registry lives in another slot, so it cannot be written by enter.lua; this second round
-        # trip happens once per queue lifetime. The random score lets the pump drop an idle target
+        # The registry lives in another slot, so enter.lua cannot write it: this second round trip happens
+        # once per REGISTRATION_REFRESH_MS per target. The random score lets the pump drop an idle target
         # only if nobody registered it again in between.
-        self.client.zadd(self.targets_key, {str(target): random.getrandbits(52)})
+        try:
+            self.client.zadd(self.targets_key, {str(target): random.getrandbits(52)})
+        except redis.RedisError:
+            # The user is in line all the same; an enter after the registration lapses registers again.
+            logger.warning("target registration failed", extra={"target": str(target)})
+
+    def pump_lock(self, lease_ms: int) -> Lock:
+        """The one pump lock (redis-py's Lock: SET NX PX with an owner token; only the owner extends or releases)."""
+        return self.client.lock(self.pump_lock_key, timeout=lease_ms / 1000, blocking=False, thread_local=False)
+
+    def registered_targets(self) -> dict[Target, int]:
+        """Every target the pump visits, with the nonce of its registration (see `forget_targets`)."""
+        targets = {}
+        for member, nonce in self.client.zrange(self.targets_key, 0, -1, withscores=True):
+            type_, _, target_id = member.partition(":")
+            try:
+                targets[parse_target(type_, target_id)] = int(nonce)
+            except QueueError:
+                # Only `_register` writes the registry: anything else was put there by hand.
+                logger.warning("registry member is not a target", extra={"member": member[:100]})
+        return targets
+
+    def admit_and_evict_all(self, targets: Sequence[Target], rules: PumpRules) -> dict[Target, TargetTick | Exception]:
+        """One pump tick for every target, all in one round trip: evict users who stopped polling, then admit.
+
+        Evicting first keeps this tick's admissions for users still waiting. A target whose scripts fail
+        gets its error back instead of a result, so it cannot stop the others.
+        """
+        calls = []
+        for target in targets:
+            k = self.keys(target)
+            calls.append((
+                self._evict, [k.waiting, k.heartbeat, k.registered, k.stats],
+                [rules.heartbeat_timeout_ms, rules.max_evict],
+            ))
+            calls.append((
+                self._admit, [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats],
+                [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms],
+            ))
+        replies = self._run_pipelined(calls)
+        results: dict[Target, TargetTick | Exception] = {}
+        for target, evicted, admitted in zip(targets, replies[0::2], replies[1::2]):
+            error = next((r for r in (evicted, admitted) if isinstance(r, Exception)), None)
+            if error is not None:
+                results[target] = error
+                continue
+            tick, count, mark, waiting, server_ms = admitted
+            results[target] = TargetTick(
+                applied_tick=tick or None, admitted=count, mark=mark, waiting=waiting,
+                evicted=evicted[0], idle=evicted[1] == 1, server_ms=server_ms,
+            )
+        return results
+
+    def forget_targets(self, nonces: Mapping[Target, int]) -> list[Target]:
+        """Drop idle targets from the registry, each only if it was not registered again since `nonces` was read."""
+        calls = [(self._forget_target, [self.targets_key], [str(target), nonce]) for target, nonce in nonces.items()]
+        return [target for target, gone in zip(nonces, self._run_pipelined(calls)) if gone == 1]
+
+    def _run_pipelined(self, calls: list[tuple[redis.commands.core.Script, list, list]]) -> list:
+        """Script calls in one non-transactional pipeline (per node in a cluster); each answer or its error.
+
+        Scripts the server has lost (restart, failover) are loaded and only the calls they failed are sent
+        again: every pump script is safe to repeat (a tick applies once, evicting and forgetting are idempotent).
+        """
+        replies = self._send(calls)
+        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if lost:
+            for script in {calls[i][0] for i in lost}:
+                script.sha = self.client.script_load(script.script)
+            for i, reply in zip(lost, self._send([calls[i] for i in lost])):
+                replies[i] = reply
+        return replies
+
+    def _send(self, calls: list[tuple[redis.commands.core.Script, list, list]]) -> list:
+        if not calls:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for script, keys, args in calls:
+            # Raw EVALSHA: a Script call would make the pipeline check SCRIPT EXISTS first (a second round
+            # trip), and a cluster pipeline refuses its `evalsha()` because it cannot load scripts; lost
+            # scripts are loaded by `_run_pipelined` instead.
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        return pipe.execute(raise_on_error=False)
 
 
 def _place(reply: list) -> Place:
     kind = reply[0]
     if kind == "WAITING":
-        return Waiting(seq=int(reply[1]), ahead=int(reply[2]), created=len(reply) > 3 and reply[3] == 1)
+        rate = float(reply[3]) if reply[3] else None
+        return Waiting(seq=int(reply[1]), ahead=int(reply[2]), measured_rate=rate, created=len(reply) > 4 and reply[4] == 1)
     if kind == "ADMITTED":
         return Admitted(token=reply[1], issued_now=reply[2] == 1)
     if kind == "FULL":

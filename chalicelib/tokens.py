@@ -14,10 +14,12 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 from dataclasses import dataclass
-from typing import Pattern
+from typing import Callable, Pattern
 
-from chalicelib.config import Keyring
+from chalicelib.config import ConfigError, Keyring
+from chalicelib.observability import logger
 from chalicelib.targets import Target
 
 # A token is ~150 characters; refuse anything much longer before doing any work on it.
@@ -71,15 +73,36 @@ def _decode(text: str) -> bytes | None:
 
 
 class TokenSigner:
-    """Mints and reads entry tokens and queue tickets with the keys of a keyring."""
+    """Mints and reads entry tokens and queue tickets with the keys of a keyring.
 
-    def __init__(self, keyring: Keyring) -> None:
+    With `refresh`, the keyring is fetched again every `max_age_s` (key rotation through Secrets Manager);
+    a failed refresh keeps the keys in hand and tries again on a later call.
+    """
+
+    def __init__(
+        self, keyring: Keyring, refresh: Callable[[], Keyring] | None = None, max_age_s: float = 300,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._keyring = keyring
+        self._refresh = refresh
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._fresh_until = clock() + max_age_s
+
+    @property
+    def keyring(self) -> Keyring:
+        if self._refresh is not None and self._clock() >= self._fresh_until:
+            self._fresh_until = self._clock() + self._max_age_s
+            try:
+                self._keyring = self._refresh()
+            except ConfigError as err:
+                logger.error("signing keys not refreshed; keeping the current ones", extra={"reason": str(err)})
+        return self._keyring
 
     def mint_entry_token(self, target: Target, user_id: int, now: float, ttl_s: int) -> EntryToken:
         expires_at = int(now) + ttl_s
         token_id = _encode(secrets.token_bytes(16))
-        text = self._seal(f"et1|{self._keyring.active_kid}|{target.type}|{target.id}|{user_id}|{expires_at}|{token_id}")
+        text = self._seal("et1", target.type, target.id, user_id, expires_at, token_id)
         return EntryToken(text, target, user_id, expires_at, token_id)
 
     def read_entry_token(self, text: object, now: float) -> EntryToken | None:
@@ -93,7 +116,7 @@ class TokenSigner:
         )
 
     def issue_ticket(self, target: Target, user_id: int, seq: int, entered_at_ms: int) -> QueueTicket:
-        text = self._seal(f"qt1|{self._keyring.active_kid}|{target.type}|{target.id}|{user_id}|{seq}|{entered_at_ms}")
+        text = self._seal("qt1", target.type, target.id, user_id, seq, entered_at_ms)
         return QueueTicket(text, target, user_id, seq, entered_at_ms)
 
     def read_ticket(self, text: object) -> QueueTicket | None:
@@ -106,10 +129,11 @@ class TokenSigner:
             int(fields["seq"]), int(fields["at"]),
         )
 
-    def _seal(self, payload: str) -> str:
-        raw = payload.encode("ascii")
-        secret = self._keyring.secrets[self._keyring.active_kid]
-        return _encode(raw) + "." + _encode(hmac.new(secret, raw, hashlib.sha256).digest())
+    def _seal(self, kind: str, *fields: object) -> str:
+        keyring = self.keyring
+        raw = "|".join(map(str, (kind, keyring.active_kid, *fields))).encode("ascii")
+        signature = hmac.new(keyring.secrets[keyring.active_kid], raw, hashlib.sha256).digest()
+        return _encode(raw) + "." + _encode(signature)
 
     def _open(self, text: object, payload_format: Pattern[str]) -> dict[str, str] | None:
         if not isinstance(text, str) or len(text) > MAX_TOKEN_CHARS or text.count(".") != 1:
@@ -121,7 +145,7 @@ class TokenSigner:
         match = payload_format.fullmatch(payload.decode("ascii", "replace"))
         if match is None:
             return None
-        secret = self._keyring.secrets.get(match["kid"])
+        secret = self.keyring.secrets.get(match["kid"])
         if secret is None:
             return None
         expected = hmac.new(secret, payload, hashlib.sha256).digest()

@@ -5,11 +5,13 @@
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[5] token       this user's issued entry token (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
+-- KEYS[7] rate        admissions per second measured by the pump while users wait (absent: none yet)
 -- ARGV[1] user id   ARGV[2] now (ms)   ARGV[3] max waiting   ARGV[4] idle TTL (ms)
 -- ARGV[5] a freshly minted entry token, stored only if this call admits the user   ARGV[6] its TTL (ms)
+-- ARGV[7] how long a registration is trusted before the next enter registers the target again (ms)
 -- Returns one of:
 --   {'ADMITTED', token, issued now (0|1)}
---   {'WAITING', seq, users ahead, created (0|1), target needs registering (0|1)}
+--   {'WAITING', seq, users ahead, measured rate or false, created (0|1), target needs registering (0|1)}
 --   {'FULL'}
 local user = ARGV[1]
 local held = redis.call('GET', KEYS[5])
@@ -41,10 +43,10 @@ local idle = ARGV[4]
 for i = 1, 4 do
   redis.call('PEXPIRE', KEYS[i], idle)
 end
+-- Not sliding: should the registration itself be lost, an enter within ARGV[7] ms registers again.
 local register = 0
-if redis.call('SET', KEYS[6], '1', 'NX', 'PX', idle) then
+if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[7]) then
   register = 1
-else
-  redis.call('PEXPIRE', KEYS[6], idle)
 end
-return {'WAITING', seq, redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq), created, register}
+local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
+return {'WAITING', seq, ahead, redis.call('GET', KEYS[7]), created, register}

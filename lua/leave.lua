@@ -2,9 +2,13 @@
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] token       this user's issued entry token
+-- KEYS[4] stats       hash of counters: `left` counts departures
 -- ARGV[1] user id
 -- Returns 1 if the user was in line, else 0.
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 then
+  redis.call('HINCRBY', KEYS[4], 'left', 1)
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
 return removed

@@ -3,11 +3,15 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token (expires with it)
+-- KEYS[5] stats       hash of counters: wait_count, wait_ms (and others, see stats.lua)
+-- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
+-- KEYS[7] rate        admissions per second measured by the pump while users wait (absent: none yet)
 -- ARGV[1] user id   ARGV[2] now (ms)
 -- ARGV[3] a freshly minted entry token, stored only if this call admits the user   ARGV[4] its TTL (ms)
+-- ARGV[5] the user's wait so far (ms)   ARGV[6] its histogram bucket
 -- Returns one of:
 --   {'ADMITTED', token, issued now (0|1)}
---   {'WAITING', seq, users ahead}
+--   {'WAITING', seq, users ahead, measured rate or false}
 --   {'NOT_IN_QUEUE'}
 local user = ARGV[1]
 local held = redis.call('GET', KEYS[4])
@@ -24,8 +28,11 @@ if seq <= mark then
   redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4])
   redis.call('ZREM', KEYS[1], user)
   redis.call('ZREM', KEYS[2], user)
+  redis.call('HINCRBY', KEYS[5], 'wait_count', 1)
+  redis.call('HINCRBY', KEYS[5], 'wait_ms', ARGV[5])
+  redis.call('HINCRBY', KEYS[6], ARGV[6], 1)
   return {'ADMITTED', ARGV[3], 1}
 end
 redis.call('ZADD', KEYS[2], ARGV[2], user)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
-return {'WAITING', seq, redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)}
+return {'WAITING', seq, redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq), redis.call('GET', KEYS[7])}

@@ -8,6 +8,7 @@ from redis.connection import Connection
 from redis.crc import key_slot
 
 from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueFull
+from chalicelib.store import REGISTRATION_REFRESH_MS
 from chalicelib.targets import Target
 
 DROP = Target("limited-drop", 42)
@@ -251,8 +252,18 @@ def test_queue_keys_carry_the_idle_ttl(make_room, client):
     room = make_room(VQ_QUEUE_IDLE_TTL_S=600)
     room.enter(DROP, 1)
     keys = room.store.keys(DROP)
-    for key in (keys.waiting, keys.heartbeat, keys.seq, keys.registered):
+    for key in (keys.waiting, keys.heartbeat, keys.seq):
         assert 599_000 < client.pttl(key) <= 600_000, key
+    # The registration is refreshed by the first enter after it lapses, so a lost one heals within a minute.
+    assert 59_000 < client.pttl(keys.registered) <= REGISTRATION_REFRESH_MS
+
+
+def test_a_lost_registration_is_made_again_by_a_later_enter(room, client):
+    room.enter(DROP, 1)
+    client.delete(room.store.targets_key)  # e.g. lost in a failover, or a failed second round trip
+    client.delete(room.store.keys(DROP).registered)  # ...and its marker lapsed
+    room.enter(DROP, 2)
+    assert client.zrange(room.store.targets_key, 0, -1) == [str(DROP)]
 
 
 def test_each_client_call_is_one_round_trip(room, client, monkeypatch):

@@ -1,0 +1,150 @@
+"""Who may reach a purchase route: the one verification shared by the REQUEST authorizer and the routes.
+
+Deployed, API Gateway runs `purchase_authorizer` before the route; `chalice local` and the test client
+run no custom authorizer, so the routes apply the same `check_entry` themselves. Nothing here touches
+Redis or raises on client input: every doubt is a denial.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from chalicelib.errors import InvalidArgument
+from chalicelib.targets import Target, parse_positive_id, parse_user_id
+from chalicelib.tokens import EntryToken, TokenSigner
+
+# The purchase routes and the target type each one sells; the downstream serves the same paths.
+PURCHASE_PATHS = {
+    "limited-drop": "/limited-drops/{}/orders",
+    "ticketing-event": "/events/{}/seats/select",
+}
+
+_ENTRY_HEADERS = ("x-entry-token", "x-user-id")
+
+# arn:aws:execute-api:{region}:{account}:{apiId}/{stage}/POST/{path}: only a POST to a purchase path.
+_ARN_HEAD = r"arn:aws[a-z-]*:execute-api:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9]+/[A-Za-z0-9_-]+/POST"
+
+
+def _path_pattern(path: str) -> str:
+    before, after = path.split("{}")
+    return re.escape(before) + "([^/]+)" + re.escape(after)
+
+
+# One alternative per route: the number of the group that matched tells the target type.
+_ROUTE_TYPES = list(PURCHASE_PATHS)
+_ROUTE_ARN = re.compile(_ARN_HEAD + "(?:" + "|".join(map(_path_pattern, PURCHASE_PATHS.values())) + ")")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The authorizer's answer: the IAM policy for API Gateway, and what was decided about which target."""
+
+    policy: dict[str, Any]
+    allowed: bool
+    target: Target | None
+
+
+def purchase_path(target: Target) -> str:
+    """The path of `target`'s purchase route, e.g. `/limited-drops/42/orders`."""
+    return PURCHASE_PATHS[target.type].format(target.id)
+
+
+def route_target(target_type: str, id_text: object) -> Target | None:
+    """The target a purchase route's path names, or None if the id is not a valid target id."""
+    if target_type not in PURCHASE_PATHS or not isinstance(id_text, str):
+        return None
+    try:
+        return Target(target_type, parse_positive_id(id_text, "target id"))
+    except InvalidArgument:
+        return None
+
+
+def target_from_method_arn(method_arn: object) -> Target | None:
+    """The target of the purchase route a method ARN names; None for anything else."""
+    match = _ROUTE_ARN.fullmatch(method_arn) if isinstance(method_arn, str) else None
+    if match is None:
+        return None
+    return route_target(_ROUTE_TYPES[match.lastindex - 1], match[match.lastindex])
+
+
+def check_entry(
+    signer: TokenSigner, target: Target, token_header: object, user_header: object, now: float,
+) -> EntryToken | None:
+    """The entry token if it is genuine, unexpired, and grants `target` to the user `user_header` names.
+
+    Never raises: missing, junk, oversized or non-ASCII input is simply None.
+    """
+    if not isinstance(user_header, str):
+        return None
+    try:
+        user_id = parse_user_id(user_header)
+    except InvalidArgument:
+        return None
+    token = signer.read_entry_token(token_header, now)
+    return token if token is not None and token.grants(target, user_id) else None
+
+
+def entry_headers(headers: object) -> tuple[str | None, str | None]:
+    """`X-Entry-Token` and `X-User-Id` from an authorizer event's `headers`, names matched case-insensitively.
+
+    A header is None when absent, or when differently-cased copies disagree (the gateway and the app
+    could read different ones).
+    """
+    found: dict[str, str | None] = {}
+    if isinstance(headers, dict):
+        for key, value in headers.items():
+            name = key.lower() if isinstance(key, str) else None
+            if name in _ENTRY_HEADERS:
+                agrees = isinstance(value, str) and found.get(name, value) == value
+                found[name] = value if agrees else None
+    return found.get("x-entry-token"), found.get("x-user-id")
+
+
+def authorize(signer: TokenSigner, event: object, now: float) -> Verdict:
+    """Judge a REQUEST authorizer event: Allow exactly this method ARN for a valid entry token, else Deny."""
+    if not isinstance(event, dict):
+        return _deny(None, None)
+    method_arn = event.get("methodArn")
+    target = target_from_method_arn(method_arn)
+    if target is None:
+        return _deny(method_arn, None)
+    token_header, user_header = entry_headers(event.get("headers"))
+    token = check_entry(signer, target, token_header, user_header, now)
+    if token is None:
+        return _deny(method_arn, target)
+    context = {
+        "userId": str(token.user_id),
+        "targetType": target.type,
+        "targetId": str(target.id),
+        "tokenId": token.token_id,
+    }
+    return Verdict(_policy(str(token.user_id), "Allow", method_arn, context), True, target)
+
+
+def context_agrees(context: Mapping[str, Any], token: EntryToken) -> bool:
+    """Whether an authorizer's context describes exactly `token` (same user, target and token id)."""
+    return (
+        context.get("tokenId") == token.token_id
+        and context.get("userId") == str(token.user_id)
+        and context.get("targetType") == token.target.type
+        and context.get("targetId") == str(token.target.id)
+    )
+
+
+def _deny(method_arn: object, target: Target | None) -> Verdict:
+    # A Deny for a malformed ARN still needs a resource; "*" is denied everything, which is what we mean.
+    resource = method_arn if isinstance(method_arn, str) else "*"
+    return Verdict(_policy("anonymous", "Deny", resource, {}), False, target)
+
+
+def _policy(principal: str, effect: str, resource: str, context: dict[str, str]) -> dict[str, Any]:
+    return {
+        "principalId": principal,
+        "policyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [{"Action": "execute-api:Invoke", "Effect": effect, "Resource": resource}],
+        },
+        "context": context,
+    }

@@ -1,0 +1,187 @@
+"""The admission pump: every tick, admits the next batch of each target's line and evicts users who stopped polling.
+
+Correctness rests on Redis, not on this loop: a tick is numbered by Redis server time and admit.lua applies
+each tick at most once, so duplicate, overlapping or frozen pumps never admit more than the rate. The pump
+lock only keeps the work to one pump at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+from redis.exceptions import LockNotOwnedError, RedisError
+
+from chalicelib.config import Settings
+from chalicelib.observability import NAMESPACE, count, logger
+from chalicelib.store import PumpRules, QueueStore, TargetTick
+from chalicelib.targets import Target
+
+# Stop this long before the Lambda deadline, so the last tick and the lock release finish in time.
+STOP_BEFORE_DEADLINE_MS = 3000
+# EventBridge starts the next invocation a minute after this one. With reserved concurrency 1 an overlap is
+# throttled and retried with a growing backoff, which would leave ever longer gaps: hand over before then.
+RUN_WINDOW_MS = 58_000
+# Wake a little after a tick boundary, so the tick has surely begun on the Redis clock too.
+TICK_GUARD_MS = 10
+
+
+@dataclass(frozen=True)
+class TickReport:
+    """What one tick did: nothing without the lock, else each target's result (or its error)."""
+
+    held_lock: bool
+    targets: dict[Target, TargetTick | Exception]
+    errors: int
+
+
+@dataclass(frozen=True)
+class PumpRun:
+    """Totals of one pump invocation."""
+
+    ticks: int
+    admitted: int
+    evicted: int
+    errors: int
+
+    def to_body(self) -> dict[str, int]:
+        return {"ticks": self.ticks, "admitted": self.admitted, "evicted": self.evicted, "errors": self.errors}
+
+
+def ticks_requested(event: object) -> int | None:
+    """`{"ticks": N}` asks for exactly N ticks; any other event (the EventBridge schedule) runs until the deadline."""
+    if not isinstance(event, dict) or "ticks" not in event:
+        return None
+    ticks = event["ticks"]
+    if not isinstance(ticks, int) or isinstance(ticks, bool) or ticks < 1:
+        raise ValueError("ticks must be a positive integer")
+    return ticks
+
+
+class Pump:
+    """Ticks every `settings.tick_ms`, doing each tick's work for all registered targets while holding the pump lock."""
+
+    def __init__(
+        self, store: QueueStore, settings: Settings,
+        clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.sleep = sleep
+        self.tick_ms = settings.tick_ms
+        self.lease_ms = settings.pump_lease_ticks * settings.tick_ms
+        self.rules = PumpRules(
+            tick_ms=settings.tick_ms, batch=settings.batch_size, catchup_ticks=settings.catchup_ticks,
+            heartbeat_timeout_ms=settings.heartbeat_timeout_s * 1000, max_evict=settings.max_evict_per_tick,
+            idle_ttl_ms=settings.queue_idle_ttl_s * 1000,
+        )
+        self.lock = store.pump_lock(self.lease_ms)
+        self.holding = False
+        # Redis time minus local time, learnt from each tick, to wake right after the next Redis tick begins.
+        self._server_offset_ms = 0.0
+
+    def run(self, ticks: int | None = None, remaining_ms: Callable[[], float] | None = None) -> PumpRun:
+        """Run exactly `ticks` ticks; or, without `ticks`, until shortly before the deadline `remaining_ms()`
+        reports (or the run window ends), or forever without a deadline (the local loop). Never raises for
+        Redis trouble; releases the lock at the end."""
+        started = self.clock()
+        done = admitted = evicted = errors = 0
+        try:
+            while True:
+                report = self.tick()
+                done += 1
+                errors += report.errors
+                for result in report.targets.values():
+                    if isinstance(result, TargetTick):
+                        admitted += result.admitted
+                        evicted += result.evicted
+                if ticks is not None and done >= ticks:
+                    break
+                delay_ms = self._ms_to_next_tick()
+                if ticks is None and remaining_ms is not None and (
+                    remaining_ms() - delay_ms < STOP_BEFORE_DEADLINE_MS
+                    or (self.clock() - started) * 1000 + delay_ms > RUN_WINDOW_MS
+                ):
+                    break
+                self.sleep(delay_ms / 1000)
+        finally:
+            self._release()
+        return PumpRun(ticks=done, admitted=admitted, evicted=evicted, errors=errors)
+
+    def tick(self) -> TickReport:
+        """One tick: take or keep the lock, then evict and admit for every registered target, pipelined.
+
+        A failing target is logged and counted and the others go on; so does any failure of the tick as a whole.
+        """
+        try:
+            if not self._hold_lock():
+                return TickReport(held_lock=False, targets={}, errors=0)
+            nonces = self.store.registered_targets()
+            results = self.store.admit_and_evict_all(list(nonces), self.rules)
+        except Exception:
+            # Never crash: a dead Redis or a bug costs this tick, and the next tick tries again.
+            logger.exception("pump tick failed")
+            count("PumpErrors")
+            return TickReport(held_lock=self.holding, targets={}, errors=1)
+
+        errors = 0
+        idle = {}
+        for target, result in results.items():
+            if isinstance(result, Exception):
+                errors += 1
+                logger.error("pump failed on a target", extra={"target": str(target), "error": repr(result)})
+                count("PumpErrors")
+                continue
+            self._server_offset_ms = result.server_ms - self.clock() * 1000
+            self._emit_gauges(target, result)
+            if result.idle:
+                idle[target] = nonces[target]
+        if idle:
+            try:
+                forgotten = self.store.forget_targets(idle)
+                logger.info("forgot idle targets", extra={"targets": [str(t) for t in forgotten]})
+            except RedisError:
+                # Harmless: the target is visited again next tick and forgotten then.
+                logger.exception("could not forget idle targets")
+                count("PumpErrors")
+                errors += 1
+        return TickReport(held_lock=True, targets=results, errors=errors)
+
+    def _hold_lock(self) -> bool:
+        if self.holding:
+            try:
+                return self.lock.extend(self.lease_ms / 1000, replace_ttl=True)
+            except LockNotOwnedError:
+                # The lease ran out while this pump was frozen, and another pump may hold the lock now.
+                logger.warning("pump lock lapsed")
+                self.holding = False
+        self.holding = self.lock.acquire(blocking=False)
+        return self.holding
+
+    def _release(self) -> None:
+        if not self.holding:
+            return
+        self.holding = False
+        try:
+            self.lock.release()
+        except RedisError:
+            # Lapsed or unreachable: the lease ends it anyway.
+            logger.warning("could not release the pump lock", exc_info=True)
+
+    def _ms_to_next_tick(self) -> float:
+        server_now = self.clock() * 1000 + self._server_offset_ms
+        return self.tick_ms - server_now % self.tick_ms + TICK_GUARD_MS
+
+    @staticmethod
+    def _emit_gauges(target: Target, result: TargetTick) -> None:
+        # One EMF line with this target's four gauges. A fresh, unshared set: the shared Metrics cannot
+        # carry a per-target dimension, and concurrent pumps (threads in tests) must not mix theirs.
+        gauges = EphemeralMetrics(namespace=NAMESPACE)
+        gauges.add_dimension(name="target", value=str(target))
+        gauges.add_metric(name="QueueLength", unit=MetricUnit.Count, value=result.waiting)
+        gauges.add_metric(name="AdmittedMark", unit=MetricUnit.Count, value=result.mark)
+        gauges.add_metric(name="Admitted", unit=MetricUnit.Count, value=result.admitted)
+        gauges.add_metric(name="Evicted", unit=MetricUnit.Count, value=result.evicted)
+        gauges.flush_metrics()

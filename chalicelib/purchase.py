@@ -1,0 +1,124 @@
+"""The purchase gate: an entry token buys once, and a purchase the downstream fails gives the token back.
+
+Knows nothing of Chalice or of Redis keys: verification is `gate.check_entry`, the one-time marker is
+`QueueStore.consume` / `restore`, the downstream call is `origin.forward`.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from chalicelib.config import Settings
+from chalicelib.errors import (
+    EntryTokenUsed, OriginNotConfigured, OriginUnavailable, QueueBypassDenied, QueueUnavailable,
+)
+from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
+from chalicelib.observability import count, logger
+from chalicelib.origin import OriginAnswer, forward
+from chalicelib.store import QueueStore, StoreUnavailable
+from chalicelib.tokens import EntryToken, TokenSigner
+
+
+@dataclass(frozen=True)
+class PurchaseRequest:
+    """A purchase as it reached a route. The strings come from the client and are judged here, not trusted."""
+
+    target_type: str
+    target_id: str
+    entry_token: str | None
+    user_id: str | None
+    # The authorizer's context when API Gateway ran `purchase_authorizer`; None locally.
+    authorizer: Mapping[str, Any] | None
+    body: bytes
+    content_type: str | None
+    request_id: str | None = None
+
+
+class PurchaseGate:
+    """Lets a purchase through to the downstream once per entry token."""
+
+    def __init__(
+        self, store: QueueStore, signer: TokenSigner, settings: Settings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.signer = signer
+        self.settings = settings
+        self.clock = clock
+        self.origins = {
+            "limited-drop": settings.origin_limited_drop_url,
+            "ticketing-event": settings.origin_ticketing_url,
+        }
+        self.timeout_s = settings.origin_timeout_ms / 1000
+
+    def purchase(self, request: PurchaseRequest) -> OriginAnswer:
+        """Verify the entry token, use it up, forward the purchase, and answer what the downstream answered.
+
+        Raises QueueBypassDenied (no valid token for this target and user), EntryTokenUsed (already bought),
+        OriginNotConfigured, OriginUnavailable, QueueUnavailable (Redis down and VQ_FAIL_MODE=closed).
+        A downstream 5xx or silence gives the token back.
+        """
+        now = self.clock()
+        token = self._verify(request, now)
+        target = token.target
+        origin = self.origins[target.type]
+        if origin is None:
+            # Checked before consuming, so the token stays usable without a restore.
+            raise OriginNotConfigured(f"no downstream is configured for {target.type} purchases")
+        consumption_id = secrets.token_urlsafe(16)
+        recorded = self._consume(token, consumption_id, now)
+        headers = {"X-User-Id": str(token.user_id), "X-Request-Id": request.request_id or uuid.uuid4().hex}
+        if request.content_type:
+            headers["Content-Type"] = request.content_type
+        try:
+            answer = forward(origin + purchase_path(target), request.body, headers, self.timeout_s)
+        except OriginUnavailable:
+            if recorded:
+                self._restore(token, consumption_id)
+            raise
+        if answer.status >= 500 and recorded:
+            self._restore(token, consumption_id)
+        return answer
+
+    def _verify(self, request: PurchaseRequest, now: float) -> EntryToken:
+        target = route_target(request.target_type, request.target_id)
+        token = None if target is None else check_entry(self.signer, target, request.entry_token, request.user_id, now)
+        # Defence in depth: an authorizer's Allow must describe this very token, user and target.
+        if token is None or (request.authorizer is not None and not context_agrees(request.authorizer, token)):
+            count("BypassDenied", target)
+            logger.info("purchase denied", extra={"target": str(target) if target else None})
+            raise QueueBypassDenied("a valid entry token for this target and user is required")
+        return token
+
+    def _consume(self, token: EntryToken, consumption_id: str, now: float) -> bool:
+        """True once the token is marked used; False if Redis cannot answer and the signature alone must do."""
+        # The marker lives exactly as long as the token, so it never outlives the need for it.
+        ttl_ms = max(1, token.expires_at * 1000 - int(now * 1000))
+        try:
+            first_use = self.store.consume(token.target, token.token_id, consumption_id, ttl_ms)
+        except StoreUnavailable as err:
+            count("RedisDegraded", token.target)
+            logger.warning("queue state unavailable at purchase",
+                           extra={"target": str(token.target), "reason": str(err)})
+            if not self.settings.fail_open:
+                raise QueueUnavailable(max(1, math.ceil(self.settings.tick_ms / 1000))) from None
+            return False
+        if not first_use:
+            raise EntryTokenUsed("this entry token has already bought once")
+        count("TokensConsumed", token.target)
+        return True
+
+    def _restore(self, token: EntryToken, consumption_id: str) -> None:
+        try:
+            restored = self.store.restore(token.target, token.token_id, consumption_id)
+        except StoreUnavailable as err:
+            count("RedisDegraded", token.target)
+            logger.warning("entry token not given back", extra={"target": str(token.target), "reason": str(err)})
+            return
+        if restored:
+            count("TokensRestored", token.target)

@@ -1,0 +1,133 @@
+"""Benchmark: entry-token verifications per second, against a bare HMAC-SHA256 over the same token.
+
+Run: .venv/bin/python tests/perf/bench_authorizer.py   (no Redis needed; the authorizer uses none)
+Measures, in one run and one process:
+  - bare HMAC: hmac.new(key, payload, sha256).digest() over the token's signed payload bytes;
+  - read_entry_token: the token module's signature, encoding and expiry check alone;
+  - check_entry: the verification the authorizer and the routes share;
+  - gate.authorize: the handler's body (method ARN, headers, check_entry, policy) without Powertools;
+  - the `purchase_authorizer` handler on a REQUEST event, with Powertools logging and metrics as deployed.
+Prints a table and writes build/bench_authorizer.json. Target: handler rate >= 0.5x bare HMAC.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SECRET = "bench-secret-0123456789abcdefghijklmnopqrstuv"
+os.environ.update({
+    "VQ_TOKEN_KEYS": json.dumps({"k1": SECRET}),
+    "VQ_TOKEN_ACTIVE_KID": "k1",
+    "POWERTOOLS_SERVICE_NAME": "virtual-queue",
+    "POWERTOOLS_LOG_LEVEL": "INFO",
+    "POWERTOOLS_TRACE_DISABLED": "1",
+})
+
+from app import purchase_authorizer  # noqa: E402
+from chalicelib import runtime  # noqa: E402
+from chalicelib.gate import authorize, check_entry  # noqa: E402
+from chalicelib.targets import Target  # noqa: E402
+
+TARGET = Target("limited-drop", 42)
+METHOD_ARN = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/api/POST/limited-drops/42/orders"
+
+
+class LambdaContext:
+    """The attributes of the Lambda runtime's context object that Powertools reads."""
+
+    function_name = "virtual-queue-prod-purchase_authorizer"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:virtual-queue-prod-purchase_authorizer"
+    memory_limit_in_mb = 512
+    aws_request_id = str(uuid.uuid4())
+    log_group_name = "/aws/lambda/virtual-queue-prod-purchase_authorizer"
+    log_stream_name = "2026/01/01/[$LATEST]0123456789abcdef"
+
+
+def rate(call, min_seconds: float = 1.0, repeats: int = 5) -> float:
+    """Calls per second of `call`: best of `repeats` runs of at least `min_seconds` each."""
+    batch = 1
+    while True:
+        started = time.perf_counter()
+        for _ in range(batch):
+            call()
+        if time.perf_counter() - started > 0.05:
+            break
+        batch *= 2
+    best = 0.0
+    for _ in range(repeats):
+        calls, started = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - started) < min_seconds:
+            for _ in range(batch):
+                call()
+            calls += batch
+        best = max(best, calls / elapsed)
+    return best
+
+
+def main() -> None:
+    now = time.time()
+    token = runtime.signer().mint_entry_token(TARGET, 7, now, 300).text
+    payload_text = token.split(".")[0]
+    payload = base64.urlsafe_b64decode(payload_text + "=" * (-len(payload_text) % 4))
+    key = SECRET.encode()
+    signer = runtime.signer()
+    event = {
+        "type": "REQUEST",
+        "methodArn": METHOD_ARN,
+        "resource": "/limited-drops/{drop_id}/orders",
+        "path": "/limited-drops/42/orders",
+        "httpMethod": "POST",
+        "headers": {
+            "Accept": "application/json", "Content-Type": "application/json", "Host": "api.example.com",
+            "User-Agent": "Mozilla/5.0", "X-Amzn-Trace-Id": "Root=1-00000000-000000000000000000000000",
+            "X-Forwarded-For": "203.0.113.7", "X-Forwarded-Port": "443", "X-Forwarded-Proto": "https",
+            "X-Entry-Token": token, "X-User-Id": "7",
+        },
+        "pathParameters": {"drop_id": "42"},
+        "requestContext": {"requestId": str(uuid.uuid4()), "stage": "api", "httpMethod": "POST"},
+    }
+    context = LambdaContext()
+    assert purchase_authorizer(event, context)["policyDocument"]["Statement"][0]["Effect"] == "Allow"
+    assert check_entry(signer, TARGET, token, "7", now) is not None
+
+    results = {
+        "bare_hmac_sha256": rate(lambda: hmac.new(key, payload, hashlib.sha256).digest()),
+        "read_entry_token": rate(lambda: signer.read_entry_token(token, now)),
+        "check_entry": rate(lambda: check_entry(signer, TARGET, token, "7", now)),
+        "gate_authorize": rate(lambda: authorize(signer, event, now)),
+        "authorizer_handler": rate(lambda: purchase_authorizer(event, context)),
+    }
+    bare = results["bare_hmac_sha256"]
+    report = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "token_chars": len(token),
+        "per_second": {name: round(value) for name, value in results.items()},
+        "microseconds_per_call": {name: round(1e6 / value, 2) for name, value in results.items()},
+        "ratio_to_bare_hmac": {name: round(value / bare, 3) for name, value in results.items()},
+        "target_ratio": 0.5,
+    }
+    print(f"{'measure':<22}{'per second':>14}{'us/call':>10}{'x bare HMAC':>14}")
+    for name, value in results.items():
+        print(f"{name:<22}{value:>14,.0f}{1e6 / value:>10.2f}{value / bare:>14.3f}")
+    out = ROOT / "build" / "bench_authorizer.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written to {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

