@@ -106,7 +106,7 @@ def stats(queue_type, target_id):
 def purchase_authorizer(event, context):
     """API Gateway REQUEST authorizer of the purchase routes: Allow exactly this method ARN for a valid
     entry token of the route's target and the caller's X-User-Id, else Deny. Needs no Redis; never raises."""
-    verdict = gate.authorize(runtime.signer(), event, time.time())
+    verdict = gate.authorize(runtime.signer(), event, time.time(), runtime.switch().queue_enabled)
     if not verdict.allowed:
         # Only a denial logs, so only a denial looks up the request id (on every Allow, a quarter of its cost).
         logger.set_correlation_id(query(event, correlation_paths.API_GATEWAY_REST))

@@ -2,14 +2,15 @@
 
 Deployed, API Gateway runs `purchase_authorizer` before the route; `chalice local` and the test client
 run no custom authorizer, so the routes apply the same `check_entry` themselves. Nothing here touches
-Redis or raises on client input: every doubt is a denial.
+Redis or raises on client input: every doubt is a denial, unless the queue is switched off for the
+caller (the feature flag), which is asked only when there is no valid token, so a valid one costs nothing.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from chalicelib.errors import InvalidArgument
 from chalicelib.targets import Target, parse_positive_id, parse_user_id
@@ -69,6 +70,18 @@ def target_from_method_arn(method_arn: object) -> Target | None:
     return route_target(_ROUTE_TYPES[match.lastindex - 1], match[match.lastindex])
 
 
+# Whether the queue applies to a user (None: not known) of a target: the feature flag.
+QueueEnabled = Callable[[Target, "int | None"], bool]
+
+
+def caller_id(user_header: object) -> int | None:
+    """The user id `X-User-Id` names, or None when it is missing or malformed."""
+    try:
+        return parse_user_id(user_header) if isinstance(user_header, str) else None
+    except InvalidArgument:
+        return None
+
+
 def check_entry(
     signer: TokenSigner, target: Target, token_header: object, user_header: object, now: float,
 ) -> EntryToken | None:
@@ -76,11 +89,8 @@ def check_entry(
 
     Never raises: missing, junk, oversized or non-ASCII input is simply None.
     """
-    if not isinstance(user_header, str):
-        return None
-    try:
-        user_id = parse_user_id(user_header)
-    except InvalidArgument:
+    user_id = caller_id(user_header)
+    if user_id is None:
         return None
     token = signer.read_entry_token(token_header, now)
     return token if token is not None and token.grants(target, user_id) else None
@@ -102,8 +112,9 @@ def entry_headers(headers: object) -> tuple[str | None, str | None]:
     return found.get("x-entry-token"), found.get("x-user-id")
 
 
-def authorize(signer: TokenSigner, event: object, now: float) -> Verdict:
-    """Judge a REQUEST authorizer event: Allow exactly this method ARN for a valid entry token, else Deny."""
+def authorize(signer: TokenSigner, event: object, now: float, queue_enabled: QueueEnabled) -> Verdict:
+    """Judge a REQUEST authorizer event: Allow exactly this method ARN for a valid entry token, or for anyone
+    while the queue is switched off for them; else Deny."""
     if not isinstance(event, dict):
         return _deny(None, None)
     method_arn = event.get("methodArn")
@@ -113,7 +124,11 @@ def authorize(signer: TokenSigner, event: object, now: float) -> Verdict:
     token_header, user_header = entry_headers(event.get("headers"))
     token = check_entry(signer, target, token_header, user_header, now)
     if token is None:
-        return _deny(method_arn, target)
+        user_id = caller_id(user_header)
+        if queue_enabled(target, user_id):
+            return _deny(method_arn, target)
+        context = {"userId": str(user_id or ""), "targetType": target.type, "targetId": str(target.id), "tokenId": ""}
+        return Verdict(_policy(str(user_id or "anonymous"), "Allow", method_arn, context), True, target)
     context = {
         "userId": str(token.user_id),
         "targetType": target.type,

@@ -11,16 +11,18 @@ import secrets
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
 from chalicelib.config import Settings
 from chalicelib.errors import (
     EntryTokenUsed, OriginNotConfigured, OriginUnavailable, QueueBypassDenied, QueueUnavailable,
 )
-from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
+from chalicelib.flags import QueueSwitch
+from chalicelib.gate import caller_id, check_entry, context_agrees, purchase_path, route_target
 from chalicelib.observability import count, logger
 from chalicelib.origin import OriginAnswer, forward
 from chalicelib.store import QueueStore, StoreUnavailable
+from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken, TokenSigner
 
 
@@ -43,12 +45,13 @@ class PurchaseGate:
     """Lets a purchase through to the downstream once per entry token."""
 
     def __init__(
-        self, store: QueueStore, signer: TokenSigner, settings: Settings,
+        self, store: QueueStore, signer: TokenSigner, settings: Settings, switch: QueueSwitch,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.signer = signer
         self.settings = settings
+        self.switch = switch
         self.clock = clock
         self.origins = {
             "limited-drop": settings.origin_limited_drop_url,
@@ -61,22 +64,25 @@ class PurchaseGate:
 
         Raises QueueBypassDenied (no valid token for this target and user), EntryTokenUsed (already bought),
         OriginNotConfigured, OriginUnavailable, QueueUnavailable (Redis down and VQ_FAIL_MODE=closed).
-        A downstream 5xx or silence gives the token back.
+        A downstream 5xx or silence gives the token back. While the queue is switched off for the caller,
+        a purchase without a valid token goes straight through.
         """
         now = self.clock()
-        token = self._verify(request, now)
-        target = token.target
-        origin = self.origins[target.type]
-        if origin is None:
-            # Checked before consuming, so the token stays usable without a restore.
-            raise OriginNotConfigured(f"no downstream is configured for {target.type} purchases")
+        target = route_target(request.target_type, request.target_id)
+        token = None if target is None else check_entry(self.signer, target, request.entry_token, request.user_id, now)
+        if token is None:
+            user_id = caller_id(request.user_id)
+            if target is not None and not self.switch.queue_enabled(target, user_id):
+                return self._forward(target, request, user_id)
+            self._deny(target)
+        # Defence in depth: an authorizer's Allow must describe this very token, user and target.
+        if request.authorizer is not None and not context_agrees(request.authorizer, token):
+            self._deny(target)
+        self._origin(target)  # before consuming, so a missing downstream leaves the token unused
         consumption_id = secrets.token_urlsafe(16)
         recorded = self._consume(token, consumption_id, now)
-        headers = {"X-User-Id": str(token.user_id), "X-Request-Id": request.request_id or uuid.uuid4().hex}
-        if request.content_type:
-            headers["Content-Type"] = request.content_type
         try:
-            answer = forward(origin + purchase_path(target), request.body, headers, self.timeout_s)
+            answer = self._forward(target, request, token.user_id)
         except OriginUnavailable:
             if recorded:
                 self._restore(token, consumption_id)
@@ -85,15 +91,24 @@ class PurchaseGate:
             self._restore(token, consumption_id)
         return answer
 
-    def _verify(self, request: PurchaseRequest, now: float) -> EntryToken:
-        target = route_target(request.target_type, request.target_id)
-        token = None if target is None else check_entry(self.signer, target, request.entry_token, request.user_id, now)
-        # Defence in depth: an authorizer's Allow must describe this very token, user and target.
-        if token is None or (request.authorizer is not None and not context_agrees(request.authorizer, token)):
-            count("BypassDenied", target)
-            logger.info("purchase denied", extra={"target": str(target) if target else None})
-            raise QueueBypassDenied("a valid entry token for this target and user is required")
-        return token
+    def _deny(self, target: Target | None) -> NoReturn:
+        count("BypassDenied", target)
+        logger.info("purchase denied", extra={"target": str(target) if target else None})
+        raise QueueBypassDenied("a valid entry token for this target and user is required")
+
+    def _origin(self, target: Target) -> str:
+        origin = self.origins[target.type]
+        if origin is None:
+            raise OriginNotConfigured(f"no downstream is configured for {target.type} purchases")
+        return origin
+
+    def _forward(self, target: Target, request: PurchaseRequest, user_id: int | None) -> OriginAnswer:
+        headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex}
+        if user_id is not None:
+            headers["X-User-Id"] = str(user_id)
+        if request.content_type:
+            headers["Content-Type"] = request.content_type
+        return forward(self._origin(target) + purchase_path(target), request.body, headers, self.timeout_s)
 
     def _consume(self, token: EntryToken, consumption_id: str, now: float) -> bool:
         """True once the token is marked used; False if Redis cannot answer and the signature alone must do."""

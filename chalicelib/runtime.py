@@ -57,7 +57,7 @@ def waiting_room() -> WaitingRoom:
 
 @functools.cache
 def purchase_gate() -> PurchaseGate:
-    return PurchaseGate(store(), signer(), settings())
+    return PurchaseGate(store(), signer(), settings(), switch())
 
 
 def reset() -> None:

@@ -134,7 +134,7 @@ class QueueKeys:
         self.tick = f"{self.base}:tick"
         self.stats = f"{self.base}:stats"
         self.waits = f"{self.base}:waits"
-        self.rate = f"{self.base}:rate"
+        self.admissions = f"{self.base}:admissions"
 
     def token(self, user_id: int) -> str:
         return f"{self.base}:token:{user_id}"
@@ -173,7 +173,7 @@ class QueueStore:
         """Put `user_id` in line (same seq if already there); `candidate_token` is kept only if this admits them."""
         k = self.keys(target)
         reply = self._guarded(
-            self._enter, [k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered, k.rate],
+            self._enter, [k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered, k.stats],
             [user_id, now_ms, max_waiting, idle_ttl_ms, candidate_token, token_ttl_ms, REGISTRATION_REFRESH_MS],
         )
         if reply[0] == "WAITING" and reply[5]:
@@ -190,7 +190,7 @@ class QueueStore:
         k = self.keys(target)
         wait_ms = max(0, now_ms - entered_at_ms)
         return _place(self._guarded(
-            self._status, [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.rate],
+            self._status, [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits],
             [user_id, now_ms, candidate_token, token_ttl_ms, wait_ms, waits.bucket_of(wait_ms / 1000)],
         ))
 
@@ -210,13 +210,14 @@ class QueueStore:
     def stats(self, target: Target) -> QueueFigures:
         """The target's counters, in one round trip."""
         k = self.keys(target)
-        waiting, counters, histogram, rate = self._guarded(self._stats, [k.waiting, k.mark, k.stats, k.waits, k.rate], [])
-        counters = dict(zip(counters[0::2], map(int, counters[1::2])))
+        waiting, fields, histogram = self._guarded(self._stats, [k.waiting, k.mark, k.stats, k.waits], [])
+        fields = dict(zip(fields[0::2], fields[1::2]))
+        counters = {name: int(value) for name, value in fields.items() if name != "rate"}
         return QueueFigures(
             waiting=waiting, admitted=counters.get("admitted", 0), left=counters.get("left", 0),
             evicted=counters.get("evicted", 0), wait_ms=counters.get("wait_ms", 0),
             wait_histogram={int(b): int(n) for b, n in zip(histogram[0::2], histogram[1::2])},
-            measured_rate=float(rate) if rate else None,
+            measured_rate=float(fields["rate"]) if "rate" in fields else None,
         )
 
     def _guarded(self, script: redis.commands.core.Script, keys: list, args: list):
@@ -266,7 +267,7 @@ class QueueStore:
                 [rules.heartbeat_timeout_ms, rules.max_evict],
             ))
             calls.append((
-                self._admit, [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats],
+                self._admit, [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats, k.waits, k.admissions],
                 [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms],
             ))
         replies = self._run_pipelined(calls)

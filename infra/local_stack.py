@@ -1,8 +1,8 @@
 """`make run`: the whole waiting room on this machine, on embedded defaults.
 
 Starts an embedded Valkey (unless REDIS_URL is set), makes a throwaway signing key (unless
-VQ_TOKEN_KEYS is set), runs the API with `chalice local`, prints where to look, and on Ctrl-C
-stops everything it started.
+VQ_TOKEN_KEYS is set), runs the API with `chalice local` and the admission pump in a loop, prints
+where to look, and on Ctrl-C stops everything it started.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chalicelib.config import ConfigError, load_settings  # noqa: E402
+from chalicelib.pump import Pump  # noqa: E402
+from chalicelib.store import QueueStore, connect  # noqa: E402
 
 
 def start_valkey():
@@ -62,9 +65,12 @@ def main() -> int:
         env["VQ_TOKEN_KEYS"] = json.dumps({"dev": secrets.token_urlsafe(32)})
         env["VQ_TOKEN_ACTIVE_KID"] = "dev"
     try:
-        load_settings(env)
+        settings = load_settings(env)
     except ConfigError as err:
         raise SystemExit(f"configuration: {err}") from None
+    # The local stand-in for the EventBridge schedule: one pump, ticking until the process ends.
+    pump = Pump(QueueStore(connect(env["REDIS_URL"]), settings.key_prefix), settings)
+    threading.Thread(target=pump.run, name="admission-pump", daemon=True).start()
 
     children: list[subprocess.Popen] = []
     try:
@@ -79,6 +85,7 @@ def main() -> int:
             "\nvirtual-queue is running:\n"
             f"  API    {base}   e.g. curl -X POST -H 'X-User-Id: 1' {base}/virtual-queues/limited-drop/1/entries\n"
             f"  Redis  {env['REDIS_URL']}{'  (embedded Valkey)' if valkey else ''}\n"
+            f"  Pump   admitting {settings.batch_size} every {settings.tick_ms} ms per target\n"
             "Ctrl-C stops everything.\n",
             flush=True,
         )

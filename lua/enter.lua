@@ -5,7 +5,7 @@
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[5] token       this user's issued entry token (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
--- KEYS[7] rate        admissions per second measured by the pump while users wait (absent: none yet)
+-- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet)
 -- ARGV[1] user id   ARGV[2] now (ms)   ARGV[3] max waiting   ARGV[4] idle TTL (ms)
 -- ARGV[5] a freshly minted entry token, stored only if this call admits the user   ARGV[6] its TTL (ms)
 -- ARGV[7] how long a registration is trusted before the next enter registers the target again (ms)
@@ -49,4 +49,4 @@ if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[7]) then
   register = 1
 end
 local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
-return {'WAITING', seq, ahead, redis.call('GET', KEYS[7]), created, register}
+return {'WAITING', seq, ahead, redis.call('HGET', KEYS[7], 'rate'), created, register}

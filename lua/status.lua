@@ -3,9 +3,8 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token (expires with it)
--- KEYS[5] stats       hash of counters: wait_count, wait_ms (and others, see stats.lua)
+-- KEYS[5] stats       hash of counters: wait_count, wait_ms; `rate`: admissions per second measured by the pump
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
--- KEYS[7] rate        admissions per second measured by the pump while users wait (absent: none yet)
 -- ARGV[1] user id   ARGV[2] now (ms)
 -- ARGV[3] a freshly minted entry token, stored only if this call admits the user   ARGV[4] its TTL (ms)
 -- ARGV[5] the user's wait so far (ms)   ARGV[6] its histogram bucket
@@ -35,4 +34,4 @@ if seq <= mark then
 end
 redis.call('ZADD', KEYS[2], ARGV[2], user)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
-return {'WAITING', seq, redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq), redis.call('GET', KEYS[7])}
+return {'WAITING', seq, redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq), redis.call('HGET', KEYS[5], 'rate')}

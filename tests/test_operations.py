@@ -248,3 +248,28 @@ def test_rotated_secret_reaches_a_running_signer(monkeypatch):
     assert signer.keyring.active_kid == "k2"
     assert signer.read_entry_token(old.text, time.time()) and signer.read_entry_token(new.text, time.time())
     runtime.reset()
+
+
+def test_measured_rate_feeds_stats_and_eta_only_from_ticks_that_left_users_waiting(make_room):
+    from chalicelib.pump import Pump
+
+    room = make_room(VQ_BATCH_SIZE=4, VQ_TICK_MS=100)  # configured: 40 admissions per second
+    pump = Pump(room.store, room.settings)
+    assert room.stats(DROP)["admissionRatePerSec"] == 0.0  # nothing measured yet
+
+    tickets = [room.enter(DROP, user).queue_ticket for user in range(1, 11)]
+    run = pump.run(ticks=2)  # 8 admitted over two ticks that each left users waiting
+    assert run.admitted == 8
+    measured = room.stats(DROP)["admissionRatePerSec"]
+    assert measured == pytest.approx(40, rel=0.01)
+
+    # The rate measured is what the ETA uses: fake a slower line and the ETA grows with it.
+    room.store.client.hset(room.store.keys(DROP).stats, "rate", "0.5")
+    last = room.status(DROP, 10, tickets[-1])
+    assert (last.ahead_count, last.eta_seconds) == (1, 2)
+
+    time.sleep(0.11)  # into the next tick
+    pump.run(ticks=1)  # admits the last 2 and leaves nobody waiting: a demand-bound tick
+    stats = room.stats(DROP)
+    assert stats["admittedCount"] == 10 and stats["waitingCount"] == 0
+    assert stats["admissionRatePerSec"] == pytest.approx(40, rel=0.01)  # not dragged down by the short tick

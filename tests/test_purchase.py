@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import redis
 
+from chalicelib import runtime
 from chalicelib.config import load_settings
 from chalicelib.errors import EntryTokenUsed, QueueBypassDenied
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
@@ -69,7 +70,7 @@ def origin(env):
 @pytest.fixture
 def gate(origin, store, signer):
     """The purchase logic over this test's Redis prefix, called directly (no HTTP in between)."""
-    return PurchaseGate(store, signer, load_settings())
+    return PurchaseGate(store, signer, load_settings(), runtime.switch())
 
 
 def closed_port():
@@ -311,7 +312,7 @@ def test_restore_racing_new_consumes_lets_at_most_one_through(store):
 
 def test_a_purchase_is_one_redis_round_trip_and_a_failed_one_two(origin, signer, redis_url, prefix):
     counter = RoundTrips(redis_url)
-    gate = PurchaseGate(QueueStore(counter.client, prefix), signer, load_settings())
+    gate = PurchaseGate(QueueStore(counter.client, prefix), signer, load_settings(), runtime.switch())
     # Warm up: redis-py loads each script on its first NOSCRIPT, once per server.
     origin.answers = [(500, {})]
     gate.purchase(request_for(mint(signer)))
@@ -357,3 +358,38 @@ class RoundTrips:
         return self.observer.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
 
 
+
+
+# --- the queue switched off (feature flag) ---
+
+
+def flag_off_for(tmp_path, env, targets):
+    flags = tmp_path / "flags.json"
+    flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"off": {
+        "when_match": False, "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": targets}]}}}}))
+    env(VQ_FLAGS_FILE=flags)
+
+
+def test_with_the_queue_off_a_purchase_without_token_goes_straight_through(api, origin, env, tmp_path, signer):
+    flag_off_for(tmp_path, env, [str(DROP)])
+    answer = buy(api, None)
+    assert answer.status_code == 201
+    assert len(origin.requests) == 1 and origin.requests[0]["headers"]["X-User-Id"] == "7"
+    assert buy(api, None).status_code == 201  # nothing is used up
+    # Other targets still need their token.
+    assert code(buy(api, None, path="/events/9/seats/select")) == "QUEUE_BYPASS_DENIED"
+    # A valid token is still honoured, and still buys once.
+    token = mint(signer)
+    assert buy(api, token).status_code == 201
+    assert code(buy(api, token)) == "ENTRY_TOKEN_USED"
+
+
+def test_with_the_queue_off_the_authorizer_allows_without_token(api, env, tmp_path):
+    flag_off_for(tmp_path, env, [str(DROP)])
+    arn = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/api/POST/limited-drops/42/orders"
+    policy = api.lambda_.invoke("purchase_authorizer", {"methodArn": arn, "headers": {"X-User-Id": "7"}}).payload
+    assert policy["policyDocument"]["Statement"][0] == {"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": arn}
+    assert policy["context"] == {"userId": "7", "targetType": "limited-drop", "targetId": "42", "tokenId": ""}
+    other = arn.replace("limited-drops/42", "limited-drops/43")
+    denied = api.lambda_.invoke("purchase_authorizer", {"methodArn": other, "headers": {"X-User-Id": "7"}}).payload
+    assert denied["policyDocument"]["Statement"][0]["Effect"] == "Deny"
