@@ -3,6 +3,8 @@
 | variable | default | meaning |
 |---|---|---|
 | `REDIS_URL` | unset | queue state; unset means the local stack starts an embedded Valkey |
+| `VQ_REDIS_CLUSTER` | `false` | `true`: `REDIS_URL` names a cluster-mode endpoint (ElastiCache cluster mode) |
+| `VQ_REDIS_AUTH_SECRET_ID` | unset | Secrets Manager secret holding the Redis AUTH token, added to `REDIS_URL` as its password |
 | `VQ_KEY_PREFIX` | `vq` | prefix of every Redis key (tests use a unique one per run) |
 | `VQ_TOKEN_KEYS` | required | JSON object: key id -> signing secret (at least 32 characters) |
 | `VQ_TOKEN_ACTIVE_KID` | the only key id | key id that signs; the others still verify (rotation) |
@@ -18,7 +20,7 @@
 | `VQ_ORIGIN_LIMITED_DROP_URL` | unset | downstream of limited-drop orders: http(s) base URL, the route's path is appended; unset answers 503 |
 | `VQ_ORIGIN_TICKETING_URL` | unset | downstream of ticketing seat selection, likewise |
 | `VQ_ORIGIN_TIMEOUT_MS` | 5000 | how long a purchase waits for the downstream before giving the token back |
-| `VQ_TOKEN_KEYS_SECRET_ID` | unset | Secrets Manager secret holding `{"activeKid": ..., "keys": {...}}`; replaces the two above when set |
+| `VQ_TOKEN_KEYS_SECRET_ID` | unset | Secrets Manager secret holding `{"activeKid": ..., "keys": {...}}` or `{"activeKid": ..., "<kid>": ...}`; replaces the two above when set |
 | `VQ_KEYS_MAX_AGE_S` | 300 | how long fetched signing keys are reused before being read again (rotation) |
 | `VQ_APPCONFIG_APPLICATION`, `VQ_APPCONFIG_ENVIRONMENT`, `VQ_APPCONFIG_PROFILE` | unset | where the feature flag lives; unset: the JSON file below |
 | `VQ_FLAGS_FILE` | `infra/flags.json` | local feature flag file (same schema as the AppConfig profile) |
@@ -37,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import quote, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -86,10 +89,13 @@ class Keyring:
 
     @classmethod
     def from_secret(cls, text: str) -> "Keyring":
-        """The keyring in a Secrets Manager secret: `{"activeKid": "k2", "keys": {"k1": "...", "k2": "..."}}`."""
+        """The keyring in a Secrets Manager secret: `{"activeKid": "k2", "keys": {"k1": "...", "k2": "..."}}`,
+        or flat, `{"activeKid": "k2", "k1": "...", "k2": "..."}` (every other field is a key): the shape
+        CloudFormation can generate, as GenerateSecretString fills one top-level field of a template."""
         try:
             value = json.loads(text)
-            keys, active_kid = value["keys"], value["activeKid"]
+            active_kid = value["activeKid"]
+            keys = value["keys"] if "keys" in value else {k: v for k, v in value.items() if k != "activeKid"}
         except (ValueError, TypeError, KeyError):
             raise ConfigError('the signing key secret must be JSON {"activeKid": ..., "keys": {...}}') from None
         return cls.from_json(json.dumps(keys), active_kid)
@@ -109,6 +115,22 @@ def load_keyring(env: Mapping[str, str] = os.environ) -> Keyring:
     return Keyring.from_secret(text)
 
 
+def redis_url_with_auth(url: str, secret_id: str) -> str:
+    """`url` with the AUTH token held in Secrets Manager secret `secret_id` as its password.
+
+    The token stays out of the function's environment, where anyone allowed to read its configuration would see it.
+    """
+    from aws_lambda_powertools.utilities import parameters
+
+    try:
+        token = parameters.get_secret(secret_id)
+    except Exception as err:  # any failure to fetch: say which secret, never its value
+        raise ConfigError(f"cannot read the Redis AUTH token from secret {secret_id!r}: {type(err).__name__}") from None
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f":{quote(token, safe='')}@{host}"))
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the waiting room is tuned by."""
@@ -116,6 +138,8 @@ class Settings:
     redis_url: str | None
     key_prefix: str
     keyring: Keyring
+    redis_cluster: bool = False
+    redis_auth_secret_id: str | None = None
     batch_size: int = 100
     tick_ms: int = 2000
     max_waiting: int = 100_000
@@ -188,6 +212,8 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         redis_url=env.get("REDIS_URL") or None,
         key_prefix=prefix,
         keyring=load_keyring(env),
+        redis_cluster=_choice(env, "VQ_REDIS_CLUSTER", {"true": True, "false": False}, "false"),
+        redis_auth_secret_id=env.get("VQ_REDIS_AUTH_SECRET_ID") or None,
         batch_size=_positive_int(env, "VQ_BATCH_SIZE", 100),
         tick_ms=_positive_int(env, "VQ_TICK_MS", 2000, minimum=100),
         max_waiting=_positive_int(env, "VQ_MAX_WAITING", 100_000),

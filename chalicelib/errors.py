@@ -78,3 +78,10 @@ class QueueUnavailable(QueueError):
 
     def __init__(self, retry_after_s: int) -> None:
         super().__init__("the waiting room is briefly unavailable; try again", {"Retry-After": str(retry_after_s)})
+
+
+class QueueClosed(QueueError):
+    """The target is past its closesAt: nobody new gets in line."""
+
+    status = 409
+    code = "QUEUE_CLOSED"

@@ -3,9 +3,11 @@
 Logs are JSON; metrics are CloudWatch EMF in namespace `VirtualQueue`. Never log a token, a ticket or a key.
 """
 
+import json
+import time
 import warnings
 
-from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 SERVICE = "virtual-queue"
@@ -18,11 +20,23 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 tracer = Tracer(service=SERVICE)
 
 
-def count(name: str, target: object = None, value: float = 1, unit: MetricUnit = MetricUnit.Count) -> None:
-    """Emit one value of `name` (a Count of 1 unless told), with a `target` dimension when known.
+# With a target, a metric is filed both per target and for the whole service, so alarms can watch
+# every target without knowing them (CloudWatch alarms cannot search for dimension values).
+_PER_TARGET = [["target", "service"], ["service"]]
+_SERVICE_ONLY = [["service"]]
 
-    Flushed on the spot, so it also works where no `log_metrics` wraps the code (Chalice routes).
+
+def count(name: str, target: object = None, value: float = 1, unit: MetricUnit = MetricUnit.Count) -> None:
+    """Emit one value of `name` (a Count of 1 unless told) as one EMF line, per `target` when known and per service.
+
+    Flushed on the spot, so it also works where no `log_metrics` wraps the code (Chalice routes). Written
+    by hand: Powertools' single_metric takes one dimension set only and costs three times as much.
     """
-    with single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE) as metric:
-        if target is not None:
-            metric.add_dimension(name="target", value=str(target))
+    dimensions = {"service": SERVICE} if target is None else {"target": str(target), "service": SERVICE}
+    directive = {
+        "Namespace": NAMESPACE,
+        "Dimensions": _SERVICE_ONLY if target is None else _PER_TARGET,
+        "Metrics": [{"Name": name, "Unit": unit.value}],
+    }
+    emf = {"_aws": {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": [directive]}, **dimensions, name: value}
+    print(json.dumps(emf, separators=(",", ":")))

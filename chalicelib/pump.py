@@ -15,7 +15,8 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from redis.exceptions import LockNotOwnedError, RedisError
 
 from chalicelib.config import Settings
-from chalicelib.observability import NAMESPACE, count, logger
+from chalicelib.observability import NAMESPACE, SERVICE, count, logger
+from chalicelib.opening import open_target
 from chalicelib.store import PumpRules, QueueStore, TargetTick
 from chalicelib.targets import Target
 
@@ -81,6 +82,8 @@ class Pump:
         self.holding = False
         # Redis time minus local time, learnt from each tick, to wake right after the next Redis tick begins.
         self._server_offset_ms = 0.0
+        self._wake_every_ms = self.tick_ms
+        self.max_waiting = settings.max_waiting
 
     def run(self, ticks: int | None = None, remaining_ms: Callable[[], float] | None = None) -> PumpRun:
         """Run exactly `ticks` ticks; or, without `ticks`, until shortly before the deadline `remaining_ms()`
@@ -138,6 +141,14 @@ class Pump:
             self._emit_gauges(target, result)
             if result.idle:
                 idle[target] = nonces[target]
+            if result.needs_draw:
+                errors += self._open(target, result.server_ms)
+        # The admission rate the targets with users still waiting are configured for, per tick (also when 0: a
+        # heartbeat). The alarm on a stalled pump compares the admissions made against it.
+        rates = [r.batch * 1000 / r.tick_ms for r in results.values() if isinstance(r, TargetTick) and r.waiting > 0]
+        count("TargetRatePerSec", value=sum(rates), unit=MetricUnit.CountPerSecond)
+        # Wake for the shortest tick any target is configured with (idempotent ticks make extra visits free).
+        self._wake_every_ms = min([self.tick_ms, *(r.tick_ms for r in results.values() if isinstance(r, TargetTick))])
         if idle:
             try:
                 forgotten = self.store.forget_targets(idle)
@@ -148,6 +159,16 @@ class Pump:
                 count("PumpErrors")
                 errors += 1
         return TickReport(held_lock=True, targets=results, errors=errors)
+
+    def _open(self, target: Target, now_ms: int) -> int:
+        """Run the target's opening draw; the number of errors (0 or 1): a failed draw is retried next tick."""
+        try:
+            open_target(self.store, target, now_ms)
+            return 0
+        except Exception:
+            logger.exception("opening draw failed", extra={"target": str(target)})
+            count("PumpErrors", target)
+            return 1
 
     def _hold_lock(self) -> bool:
         if self.holding:
@@ -172,16 +193,24 @@ class Pump:
 
     def _ms_to_next_tick(self) -> float:
         server_now = self.clock() * 1000 + self._server_offset_ms
-        return self.tick_ms - server_now % self.tick_ms + TICK_GUARD_MS
+        return self._wake_every_ms - server_now % self._wake_every_ms + TICK_GUARD_MS
 
-    @staticmethod
-    def _emit_gauges(target: Target, result: TargetTick) -> None:
-        # One EMF line with this target's four gauges. A fresh, unshared set: the shared Metrics cannot
-        # carry a per-target dimension, and concurrent pumps (threads in tests) must not mix theirs.
-        gauges = EphemeralMetrics(namespace=NAMESPACE)
+    def _emit_gauges(self, target: Target, result: TargetTick) -> None:
+        # One EMF line with this target's gauges, its configuration beside its live figures. A fresh, unshared
+        # set: the shared Metrics cannot carry a per-target dimension, and concurrent pumps (threads in tests)
+        # must not mix theirs.
+        gauges = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
         gauges.add_dimension(name="target", value=str(target))
+        gauges.add_dimensions(service=SERVICE)  # also filed for the whole service: what the alarms watch
+        capacity = result.max_waiting or self.max_waiting
         gauges.add_metric(name="QueueLength", unit=MetricUnit.Count, value=result.waiting)
+        gauges.add_metric(name="QueueFullPercent", unit=MetricUnit.Percent, value=100 * result.waiting / capacity)
         gauges.add_metric(name="AdmittedMark", unit=MetricUnit.Count, value=result.mark)
         gauges.add_metric(name="Admitted", unit=MetricUnit.Count, value=result.admitted)
         gauges.add_metric(name="Evicted", unit=MetricUnit.Count, value=result.evicted)
+        gauges.add_metric(name="ConfiguredRatePerSec", unit=MetricUnit.CountPerSecond,
+                          value=result.batch * 1000 / result.tick_ms)
+        gauges.add_metric(name="Capacity", unit=MetricUnit.Count, value=capacity)
+        if result.max_active is not None:
+            gauges.add_metric(name="MaxActive", unit=MetricUnit.Count, value=result.max_active)
         gauges.flush_metrics()

@@ -112,10 +112,9 @@ class PurchaseGate:
 
     def _consume(self, token: EntryToken, consumption_id: str, now: float) -> bool:
         """True once the token is marked used; False if Redis cannot answer and the signature alone must do."""
-        # The marker lives exactly as long as the token, so it never outlives the need for it.
-        ttl_ms = max(1, token.expires_at * 1000 - int(now * 1000))
         try:
-            first_use = self.store.consume(token.target, token.token_id, consumption_id, ttl_ms)
+            # The marker lives exactly as long as the token, so it never outlives the need for it.
+            first_use = self.store.consume(token, consumption_id, int(now * 1000))
         except StoreUnavailable as err:
             count("RedisDegraded", token.target)
             logger.warning("queue state unavailable at purchase",
@@ -130,7 +129,7 @@ class PurchaseGate:
 
     def _restore(self, token: EntryToken, consumption_id: str) -> None:
         try:
-            restored = self.store.restore(token.target, token.token_id, consumption_id)
+            restored = self.store.restore(token, consumption_id)
         except StoreUnavailable as err:
             count("RedisDegraded", token.target)
             logger.warning("entry token not given back", extra={"target": str(token.target), "reason": str(err)})

@@ -12,10 +12,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from chalicelib import waits
 from chalicelib.config import Settings
-from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueFull, QueueUnavailable
+from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueUnavailable
 from chalicelib.flags import QueueSwitch
 from chalicelib.observability import count, logger
-from chalicelib.store import Admitted, Full, Place, QueueStore, StoreUnavailable, Waiting
+from chalicelib.store import Admitted, Closed, Defaults, Full, Place, PreQueued, QueueStore, StoreUnavailable, Waiting
+from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken, QueueTicket, TokenSigner
 
@@ -30,9 +31,16 @@ class QueueEntry:
     eta_seconds: int | None = None
     entry_token: EntryToken | None = None
     queue_ticket: str | None = None
+    opens_at_ms: int | None = None
 
     def to_body(self) -> dict:
-        body: dict = {"status": self.status, "aheadCount": self.ahead_count}
+        if self.status == "PRE_QUEUE":
+            # No place yet: the opening draw gives one.
+            body: dict = {"status": self.status}
+            if self.opens_at_ms is not None:
+                body["opensAt"] = iso_time(self.opens_at_ms)
+        else:
+            body = {"status": self.status, "aheadCount": self.ahead_count}
         if self.position is not None:
             body["position"] = self.position
             body["etaSeconds"] = self.eta_seconds
@@ -61,26 +69,29 @@ class WaitingRoom:
         self.settings = settings
         self.switch = switch
         self.clock = clock
+        self.defaults = Defaults(
+            max_waiting=settings.max_waiting, batch=settings.batch_size, tick_ms=settings.tick_ms,
+            idle_ttl_ms=settings.queue_idle_ttl_s * 1000,
+        )
 
     def enter(self, target: Target, user_id: int) -> QueueEntry:
         """Join the line (idempotent); the first entry also answers the queue ticket."""
         now = self.clock()
         if not self.switch.queue_enabled(target, user_id):
             return self._direct(target, user_id, now)
-        s = self.settings
         try:
-            place = self.store.enter(
-                target, user_id, int(now * 1000), s.max_waiting, s.queue_idle_ttl_s * 1000,
-                self._candidate_token(target, user_id, now), s.token_ttl_s * 1000,
-            )
+            place = self.store.enter(target, user_id, int(now * 1000), self._candidate(target, user_id, now), self.defaults)
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
         if isinstance(place, Full):
             count("EnterRejectedFull", target)
             raise QueueFull(retry_after_s=self._retry_after_s())
+        if isinstance(place, Closed):
+            raise QueueClosed("this queue is closed to newcomers")
         entry = self._answer(target, place, now)
-        if isinstance(place, Waiting) and place.created:
-            ticket = self.signer.issue_ticket(target, user_id, place.seq, int(now * 1000))
+        if isinstance(place, (Waiting, PreQueued)) and place.created:
+            number = place.seq if isinstance(place, Waiting) else place.arrival
+            ticket = self.signer.issue_ticket(target, user_id, number, int(now * 1000))
             return replace(entry, queue_ticket=ticket.text)
         return entry
 
@@ -92,8 +103,8 @@ class WaitingRoom:
             return self._direct(target, user_id, now)
         try:
             place = self.store.status(
-                target, user_id, int(now * 1000), self._candidate_token(target, user_id, now),
-                self.settings.token_ttl_s * 1000, ticket.entered_at_ms,
+                target, user_id, int(now * 1000), self._candidate(target, user_id, now), ticket.entered_at_ms,
+                self.defaults,
             )
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
@@ -112,24 +123,59 @@ class WaitingRoom:
             raise QueueUnavailable(self._retry_after_s()) from None
 
     def stats(self, target: Target) -> dict:
-        """Live figures of one line for operators (`GET .../stats`)."""
+        """Live figures of one line for operators (`GET .../stats`), beside the configuration in force."""
         try:
-            figures = self.store.stats(target)
+            figures = self.store.stats(target, int(self.clock() * 1000))
         except StoreUnavailable as err:
             self._record_degraded(target, err)
             raise QueueUnavailable(self._retry_after_s()) from None
         histogram = figures.wait_histogram
         waited = sum(histogram.values())
-        return {
+        body = {
             "waitingCount": figures.waiting,
+            "preQueuedCount": figures.pre_queued,
             "admittedCount": figures.admitted,
+            "activeCount": figures.active,
             "admissionRatePerSec": round(figures.measured_rate or 0.0, 3),
             "avgWaitSeconds": round(figures.wait_ms / waited / 1000, 3) if waited else None,
             "p95WaitSeconds": _rounded(waits.percentile(histogram, 0.95)),
             "leftCount": figures.left,
             "evictedCount": figures.evicted,
-            "configuredRatePerSec": self.settings.admissions_per_second,
+            "config": self._effective(figures.config),
         }
+        if figures.draw.get("state") == "done":
+            # Published once the draw is over, so anyone can check the order it dealt.
+            draw = figures.draw
+            body["openingDraw"] = {"seed": draw["seed"], "placed": int(draw["placed"]),
+                                   "drawnAt": iso_time(int(draw["drawn_at_ms"]))}
+        return body
+
+    def config(self, target: Target) -> dict:
+        """The target's own configuration and the one in force (own fields over the global defaults)."""
+        try:
+            own = self.store.config(target)
+        except StoreUnavailable as err:
+            self._record_degraded(target, err)
+            raise QueueUnavailable(self._retry_after_s()) from None
+        return {"config": own.to_body(), "effective": self._effective(own)}
+
+    def configure(self, target: Target, config: TargetConfig) -> dict:
+        """Replace the target's own configuration; the pump applies it from its next tick."""
+        try:
+            self.store.configure(target, config)
+        except StoreUnavailable as err:
+            self._record_degraded(target, err)
+            raise QueueUnavailable(self._retry_after_s()) from None
+        logger.info("target configured", extra={"target": str(target), "config": config.to_body()})
+        return {"config": config.to_body(), "effective": self._effective(config)}
+
+    def _effective(self, own: TargetConfig) -> dict:
+        d = self.defaults
+        return TargetConfig(
+            batch=own.batch or d.batch, tick_ms=own.tick_ms or d.tick_ms,
+            max_waiting=own.max_waiting or d.max_waiting, max_active=own.max_active,
+            opens_at_ms=own.opens_at_ms, closes_at_ms=own.closes_at_ms,
+        ).to_body()
 
     def _check_ticket(self, target: Target, user_id: int, text: str | None) -> QueueTicket:
         ticket = self.signer.read_ticket(text)
@@ -137,9 +183,9 @@ class WaitingRoom:
             raise InvalidQueueTicket("X-Queue-Ticket is missing or was not issued to this user for this queue")
         return ticket
 
-    def _candidate_token(self, target: Target, user_id: int, now: float) -> str:
+    def _candidate(self, target: Target, user_id: int, now: float) -> EntryToken:
         # Minted before the script runs so that admission stays one round trip; kept only if it admits.
-        return self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s).text
+        return self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)
 
     def _direct(self, target: Target, user_id: int, now: float) -> QueueEntry:
         token = self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)
@@ -167,9 +213,10 @@ class WaitingRoom:
             # Stored with the token's own TTL, so only a key rotation makes it unreadable: a stale hold.
             raise NotInQueue("the entry token issued to this user is no longer valid; enter again")
         if isinstance(place, Waiting):
-            rate = place.measured_rate or self.settings.admissions_per_second
-            eta = math.ceil(place.ahead / rate)
+            eta = math.ceil(place.ahead / place.rate) if place.rate > 0 else None
             return QueueEntry("WAITING", ahead_count=place.ahead, position=place.ahead + 1, eta_seconds=eta)
+        if isinstance(place, PreQueued):
+            return QueueEntry("PRE_QUEUE", opens_at_ms=place.opens_at_ms)
         raise NotInQueue("not in this queue; enter again")
 
 

@@ -7,7 +7,7 @@ import functools
 import pybreaker
 from aws_lambda_powertools.utilities.feature_flags import AppConfigStore, FeatureFlags
 
-from chalicelib.config import ConfigError, Settings, load_keyring, load_settings
+from chalicelib.config import ConfigError, Settings, load_keyring, load_settings, redis_url_with_auth
 from chalicelib.flags import JsonFileStore, QueueSwitch
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
@@ -44,10 +44,12 @@ def store() -> QueueStore:
     url = settings().redis_url
     if url is None:
         raise ConfigError("REDIS_URL is not set (`make run` starts an embedded Valkey and sets it)")
+    if settings().redis_auth_secret_id:
+        url = redis_url_with_auth(url, settings().redis_auth_secret_id)
     breaker = pybreaker.CircuitBreaker(
         fail_max=settings().breaker_failures, reset_timeout=settings().breaker_cooldown_ms / 1000,
     )
-    return QueueStore(connect(url), settings().key_prefix, breaker)
+    return QueueStore(connect(url, cluster=settings().redis_cluster), settings().key_prefix, breaker)
 
 
 @functools.cache

@@ -21,7 +21,9 @@ from redis.retry import Retry
 from chalicelib import waits
 from chalicelib.errors import QueueError
 from chalicelib.observability import logger
+from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target, parse_target
+from chalicelib.tokens import EntryToken
 
 # Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
@@ -56,11 +58,20 @@ def load_script(client: RedisClient, name: str) -> redis.commands.core.Script:
 
 @dataclass(frozen=True)
 class Waiting:
-    """In line: `ahead` users not yet admitted have a smaller seq."""
+    """In line: `ahead` users not yet admitted have a smaller seq; the line moves at `rate` users per second."""
 
     seq: int
     ahead: int
-    measured_rate: float | None = None  # admissions per second while users wait, once the pump measured it
+    rate: float  # measured by the pump while users wait, else the target's configured rate
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class PreQueued:
+    """Waiting for the opening at `opens_at_ms`, to be placed in line by the opening draw."""
+
+    arrival: int
+    opens_at_ms: int | None
     created: bool = False
 
 
@@ -76,11 +87,25 @@ class Full:
     """The line is at capacity."""
 
 
+class Closed:
+    """The target's line is closed to newcomers (past its closesAt)."""
+
+
 class Gone:
     """Neither in line nor holding a live token."""
 
 
-Place = Union[Waiting, Admitted, Full, Gone]
+Place = Union[Waiting, PreQueued, Admitted, Full, Closed, Gone]
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The global settings a target's own configuration overrides, and the idle TTL of queue keys."""
+
+    max_waiting: int
+    batch: int
+    tick_ms: int
+    idle_ttl_ms: int
 
 
 @dataclass(frozen=True)
@@ -94,6 +119,10 @@ class QueueFigures:
     wait_ms: int  # total wait of the users who collected their token
     wait_histogram: dict[int, int]  # bucket (see waits.py) -> users
     measured_rate: float | None
+    pre_queued: int  # waiting for the opening draw
+    active: int  # admitted and not done: still collecting, or holding a live unused token
+    config: TargetConfig
+    draw: dict[str, str]  # the opening draw's record: opens_at_ms, seed, state, count, drawn_at_ms
 
 
 @dataclass(frozen=True)
@@ -119,6 +148,11 @@ class TargetTick:
     evicted: int
     idle: bool  # nobody left in line: the target's registration was dropped
     server_ms: int  # Redis TIME when the tick ran
+    needs_draw: bool  # the target has opened and its pre-queue waits for the opening draw
+    tick_ms: int  # the target's configuration in force: tick length, batch,
+    batch: int
+    max_waiting: int | None  # ...and its own capacity and max-active, if set
+    max_active: int | None
 
 
 class QueueKeys:
@@ -132,6 +166,10 @@ class QueueKeys:
         self.mark = f"{self.base}:mark"
         self.registered = f"{self.base}:registered"
         self.tick = f"{self.base}:tick"
+        self.config = f"{self.base}:config"
+        self.prequeue = f"{self.base}:prequeue"
+        self.draw = f"{self.base}:draw"
+        self.active = f"{self.base}:active"
         self.stats = f"{self.base}:stats"
         self.waits = f"{self.base}:waits"
         self.admissions = f"{self.base}:admissions"
@@ -157,6 +195,10 @@ class QueueStore:
         self._status = load_script(client, "status")
         self._leave = load_script(client, "leave")
         self._stats = load_script(client, "stats")
+        self._configure = load_script(client, "configure")
+        self._draw_begin = load_script(client, "draw_begin")
+        self._draw_place = load_script(client, "draw_place")
+        self._draw_finish = load_script(client, "draw_finish")
         self._admit = load_script(client, "admit")
         self._evict = load_script(client, "evict")
         self._forget_target = load_script(client, "forget_target")
@@ -166,22 +208,24 @@ class QueueStore:
     def keys(self, target: Target) -> QueueKeys:
         return QueueKeys(self.prefix, target)
 
-    def enter(
-        self, target: Target, user_id: int, now_ms: int, max_waiting: int, idle_ttl_ms: int,
-        candidate_token: str, token_ttl_ms: int,
-    ) -> Place:
-        """Put `user_id` in line (same seq if already there); `candidate_token` is kept only if this admits them."""
+    def enter(self, target: Target, user_id: int, now_ms: int, candidate: EntryToken, defaults: Defaults) -> Place:
+        """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
+        `candidate` becomes their entry token only if this call admits them."""
         k = self.keys(target)
         reply = self._guarded(
-            self._enter, [k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered, k.stats],
-            [user_id, now_ms, max_waiting, idle_ttl_ms, candidate_token, token_ttl_ms, REGISTRATION_REFRESH_MS],
+            self._enter,
+            [k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered, k.stats, k.config, k.prequeue,
+             k.draw, k.active],
+            [user_id, now_ms, defaults.max_waiting, defaults.idle_ttl_ms, candidate.text,
+             candidate.expires_at * 1000 - now_ms, candidate.expires_at * 1000, REGISTRATION_REFRESH_MS,
+             defaults.batch, defaults.tick_ms],
         )
-        if reply[0] == "WAITING" and reply[5]:
+        if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
             self._register(target)
         return _place(reply)
 
     def status(
-        self, target: Target, user_id: int, now_ms: int, candidate_token: str, token_ttl_ms: int, entered_at_ms: int,
+        self, target: Target, user_id: int, now_ms: int, candidate: EntryToken, entered_at_ms: int, defaults: Defaults,
     ) -> Place:
         """Where `user_id` stands; refreshes their heartbeat, and admits them if the mark has passed their seq.
 
@@ -190,40 +234,86 @@ class QueueStore:
         k = self.keys(target)
         wait_ms = max(0, now_ms - entered_at_ms)
         return _place(self._guarded(
-            self._status, [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits],
-            [user_id, now_ms, candidate_token, token_ttl_ms, wait_ms, waits.bucket_of(wait_ms / 1000)],
+            self._status,
+            [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active],
+            [user_id, now_ms, candidate.text, candidate.expires_at * 1000 - now_ms, candidate.expires_at * 1000,
+             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms],
         ))
 
     def leave(self, target: Target, user_id: int) -> bool:
-        """Take `user_id` out of line; True if they were in it."""
+        """Take `user_id` out of line (or the pre-queue); True if they were in it."""
         k = self.keys(target)
-        return bool(self._guarded(self._leave, [k.waiting, k.heartbeat, k.token(user_id), k.stats], [user_id]))
+        return bool(self._guarded(
+            self._leave, [k.waiting, k.heartbeat, k.token(user_id), k.stats, k.prequeue, k.active], [user_id],
+        ))
 
-    def consume(self, target: Target, token_id: str, consumption_id: str, ttl_ms: int) -> bool:
-        """Mark entry token `token_id` used for `ttl_ms` (its remaining lifetime); False if it already was."""
-        return bool(self._guarded(self._consume, [self.keys(target).consumed(token_id)], [consumption_id, ttl_ms]))
+    def consume(self, token: EntryToken, consumption_id: str, now_ms: int) -> bool:
+        """Mark `token` used for the rest of its lifetime; False if it already was."""
+        k = self.keys(token.target)
+        ttl_ms = max(1, token.expires_at * 1000 - now_ms)
+        return bool(self._guarded(
+            self._consume, [k.consumed(token.token_id), k.active], [consumption_id, ttl_ms, token.user_id],
+        ))
 
-    def restore(self, target: Target, token_id: str, consumption_id: str) -> bool:
-        """Undo consumption `consumption_id` of `token_id`; False if the token expired or was used again since."""
-        return bool(self._guarded(self._restore, [self.keys(target).consumed(token_id)], [consumption_id]))
+    def restore(self, token: EntryToken, consumption_id: str) -> bool:
+        """Undo consumption `consumption_id` of `token`; False if the token expired or was used again since."""
+        k = self.keys(token.target)
+        return bool(self._guarded(
+            self._restore, [k.consumed(token.token_id), k.active],
+            [consumption_id, token.user_id, token.expires_at * 1000],
+        ))
 
-    def stats(self, target: Target) -> QueueFigures:
+    def stats(self, target: Target, now_ms: int) -> QueueFigures:
         """The target's counters, in one round trip."""
         k = self.keys(target)
-        waiting, fields, histogram = self._guarded(self._stats, [k.waiting, k.mark, k.stats, k.waits], [])
-        fields = dict(zip(fields[0::2], fields[1::2]))
+        waiting, pre_queued, active, fields, histogram, config, draw = self._guarded(
+            self._stats, [k.waiting, k.mark, k.stats, k.waits, k.prequeue, k.active, k.config, k.draw], [now_ms],
+        )
+        fields = _pairs(fields)
         counters = {name: int(value) for name, value in fields.items() if name != "rate"}
         return QueueFigures(
-            waiting=waiting, admitted=counters.get("admitted", 0), left=counters.get("left", 0),
+            waiting=waiting, pre_queued=pre_queued, active=active,
+            admitted=counters.get("admitted", 0), left=counters.get("left", 0),
             evicted=counters.get("evicted", 0), wait_ms=counters.get("wait_ms", 0),
-            wait_histogram={int(b): int(n) for b, n in zip(histogram[0::2], histogram[1::2])},
+            wait_histogram={int(b): int(n) for b, n in _pairs(histogram).items()},
             measured_rate=float(fields["rate"]) if "rate" in fields else None,
+            config=TargetConfig.from_redis(_pairs(config)), draw=_pairs(draw),
         )
 
-    def _guarded(self, script: redis.commands.core.Script, keys: list, args: list):
-        """One client-facing script call through the circuit breaker; any Redis failure is StoreUnavailable."""
+    def config(self, target: Target) -> TargetConfig:
+        """The target's own configuration (unset fields fall back to the global defaults)."""
+        return TargetConfig.from_redis(self._guarded(self.client.hgetall, self.keys(target).config))
+
+    def configure(self, target: Target, config: TargetConfig) -> None:
+        """Replace the target's own configuration, at once: the pump applies it from its next tick."""
+        pairs = [item for field_value in config.to_redis().items() for item in field_value]
+        self._guarded(self._configure, [self.keys(target).config], pairs)
+
+    def begin_draw(self, target: Target, fresh_seed: str) -> tuple[str, bool]:
+        """The seed of the target's opening draw (`fresh_seed` unless one was begun already), and whether it is done."""
+        k = self.keys(target)
+        seed, done = self._draw_begin([k.draw, k.config], [fresh_seed])
+        return seed, done == 1
+
+    def pre_queue(self, target: Target) -> list[tuple[str, int]]:
+        """Everyone waiting for the opening, as (user id, arrival number)."""
+        return [(user, int(number)) for user, number in
+                self.client.zrange(self.keys(target).prequeue, 0, -1, withscores=True)]
+
+    def place_drawn(self, target: Target, placements: Sequence[tuple[str, int]], now_ms: int) -> None:
+        """Put drawn users in line at their dealt seqs (users who left the pre-queue meanwhile stay out)."""
+        k = self.keys(target)
+        self._draw_place([k.waiting, k.heartbeat, k.prequeue], [now_ms, *[x for pair in placements for x in pair]])
+
+    def finish_draw(self, target: Target, placed: int, now_ms: int) -> None:
+        """Record the draw as done, which lets the pump admit again."""
+        k = self.keys(target)
+        self._draw_finish([k.draw, k.prequeue], [placed, now_ms])
+
+    def _guarded(self, call, *args):
+        """One client-facing Redis call through the circuit breaker; any Redis failure is StoreUnavailable."""
         try:
-            return self.breaker.call(script, keys=keys, args=args)
+            return self.breaker.call(call, *args)
         except (redis.RedisError, pybreaker.CircuitBreakerError) as err:
             raise StoreUnavailable(type(err).__name__) from err
 
@@ -263,11 +353,13 @@ class QueueStore:
         for target in targets:
             k = self.keys(target)
             calls.append((
-                self._evict, [k.waiting, k.heartbeat, k.registered, k.stats],
+                self._evict, [k.waiting, k.heartbeat, k.registered, k.stats, k.prequeue],
                 [rules.heartbeat_timeout_ms, rules.max_evict],
             ))
             calls.append((
-                self._admit, [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats, k.waits, k.admissions],
+                self._admit,
+                [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats, k.waits, k.admissions, k.config,
+                 k.prequeue, k.draw, k.active],
                 [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms],
             ))
         replies = self._run_pipelined(calls)
@@ -277,10 +369,12 @@ class QueueStore:
             if error is not None:
                 results[target] = error
                 continue
-            tick, count, mark, waiting, server_ms = admitted
+            tick, count, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active = admitted
             results[target] = TargetTick(
                 applied_tick=tick or None, admitted=count, mark=mark, waiting=waiting,
                 evicted=evicted[0], idle=evicted[1] == 1, server_ms=server_ms,
+                needs_draw=needs_draw == 1, tick_ms=tick_ms, batch=batch,
+                max_waiting=max_waiting or None, max_active=max_active or None,
             )
         return results
 
@@ -316,13 +410,23 @@ class QueueStore:
         return pipe.execute(raise_on_error=False)
 
 
+def _pairs(flat: list) -> dict[str, str]:
+    """A Redis flat field/value reply (HGETALL in a script) as a dict."""
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
 def _place(reply: list) -> Place:
     kind = reply[0]
     if kind == "WAITING":
-        rate = float(reply[3]) if reply[3] else None
-        return Waiting(seq=int(reply[1]), ahead=int(reply[2]), measured_rate=rate, created=len(reply) > 4 and reply[4] == 1)
+        return Waiting(seq=int(reply[1]), ahead=int(reply[2]), rate=float(reply[3]),
+                       created=len(reply) > 4 and reply[4] == 1)
+    if kind == "PRE_QUEUE":
+        return PreQueued(arrival=int(reply[1]), opens_at_ms=int(reply[2]) if reply[2] else None,
+                         created=len(reply) > 3 and reply[3] == 1)
     if kind == "ADMITTED":
         return Admitted(token=reply[1], issued_now=reply[2] == 1)
     if kind == "FULL":
         return Full()
+    if kind == "CLOSED":
+        return Closed()
     return Gone()

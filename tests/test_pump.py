@@ -52,7 +52,7 @@ def only(report, target=DROP) -> TargetTick:
 
 
 def test_eight_pumps_with_freezes_admit_exactly_batch_per_elapsed_tick_and_apply_no_tick_twice(
-    env, redis_url, client, store,
+    env, connect_redis, client, store,
 ):
     batch, tick_ms = 7, 100
     # Catch-up covers any gap the freezes leave (2 s), so the total must come out exact.
@@ -87,7 +87,7 @@ def test_eight_pumps_with_freezes_admit_exactly_batch_per_elapsed_tick_and_apply
 
     def one_pump():
         try:
-            Pump(FreezingStore(connect(redis_url), settings.key_prefix), settings).run(
+            Pump(FreezingStore(connect_redis(), settings.key_prefix), settings).run(
                 remaining_ms=lambda: (deadline - time.monotonic()) * 1000 + STOP_BEFORE_DEADLINE_MS
             )
         except BaseException as err:  # noqa: BLE001 (a thread's failure must reach the test)
@@ -107,7 +107,7 @@ def test_eight_pumps_with_freezes_admit_exactly_batch_per_elapsed_tick_and_apply
     mark = mark_of(client, store, DROP)
     assert sum(r.admitted for r in results) == mark == batch * elapsed
     assert int(client.hget(store.keys(DROP).stats, "admitted")) == mark
-    assert int(client.get(store.keys(DROP).tick)) == applied[-1]
+    assert int(client.get(store.keys(DROP).tick)) == applied[-1] * settings.tick_ms  # kept as the tick's start (ms)
     # Nobody left: everyone up to the mark is an admitted user still in line.
     assert client.zcount(store.keys(DROP).waiting, "-inf", mark) == mark
     # The run really exercised overlap: frozen pumps came back to ticks already applied, and lapses were caught up.
@@ -138,11 +138,12 @@ def test_missed_ticks_are_made_up_to_the_cap_and_the_mark_never_passes_the_last_
     stay_clear_of_tick_boundary(client, 60_000)
     now = store.admit_and_evict_all([DROP], rules)[DROP].applied_tick
 
-    client.set(k.tick, now - 3)  # three ticks missed: three batches
+    # The last applied tick is kept as its start time (ms).
+    client.set(k.tick, (now - 3) * 60_000)  # three ticks missed: three batches
     assert store.admit_and_evict_all([DROP], rules)[DROP].admitted == 30
-    client.set(k.tick, now - 50)  # far behind: the cap holds
+    client.set(k.tick, (now - 50) * 60_000)  # far behind: the cap holds
     assert store.admit_and_evict_all([DROP], rules)[DROP].admitted == 50
-    client.set(k.tick, now - 50)  # more due than waiting: everyone, and no further
+    client.set(k.tick, (now - 50) * 60_000)  # more due than waiting: everyone, and no further
     last = store.admit_and_evict_all([DROP], rules)[DROP]
     assert (last.admitted, last.mark, last.waiting) == (30, 120, 0)
     assert int(client.get(k.seq)) == 120

@@ -15,6 +15,7 @@ from chalicelib.errors import EntryTokenUsed, QueueBypassDenied
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
+from chalicelib.tokens import EntryToken
 from tests.observed import counted, log_lines  # noqa: F401  (a fixture)
 
 DROP = Target("limited-drop", 42)
@@ -267,36 +268,48 @@ def test_restore_after_the_token_expired_does_nothing(gate, origin, signer, stor
     assert not store.client.exists(store.keys(DROP).consumed(token.token_id))
 
 
+def token_of(token_id, user=7):
+    """An entry token as the store sees it (its text plays no part there)."""
+    return EntryToken("unused", DROP, user, int(time.time()) + 60, token_id)
+
+
+def consume_with_ttl(store, token, consumption_id, ttl_ms):
+    """Consume as if `ttl_ms` of the token's life were left."""
+    return store.consume(token, consumption_id, token.expires_at * 1000 - ttl_ms)
+
+
 def test_stale_restore_never_frees_a_later_consumption(store):
-    assert store.consume(DROP, "t1", "c1", 60_000)
-    assert store.restore(DROP, "t1", "c1")
-    assert store.consume(DROP, "t1", "c2", 60_000)
-    assert not store.restore(DROP, "t1", "c1")
-    assert not store.consume(DROP, "t1", "c3", 60_000)
+    token = token_of("t1")
+    assert consume_with_ttl(store, token, "c1", 60_000)
+    assert store.restore(token, "c1")
+    assert consume_with_ttl(store, token, "c2", 60_000)
+    assert not store.restore(token, "c1")
+    assert not consume_with_ttl(store, token, "c3", 60_000)
 
 
 def test_store_restore_after_expiry_is_a_no_op(store):
-    assert store.consume(DROP, "t1", "c1", 100)
+    token = token_of("t1")
+    assert consume_with_ttl(store, token, "c1", 100)
     time.sleep(0.25)
-    assert not store.restore(DROP, "t1", "c1")
+    assert not store.restore(token, "c1")
     assert not store.client.exists(store.keys(DROP).consumed("t1"))
 
 
 def test_restore_racing_new_consumes_lets_at_most_one_through(store):
     for round_ in range(30):
-        token_id = f"t{round_}"
-        assert store.consume(DROP, token_id, "first", 60_000)
+        token = token_of(f"t{round_}")
+        assert consume_with_ttl(store, token, "first", 60_000)
         start = threading.Barrier(11)
         consumed, restored = [], []
 
         def consume(n):
             start.wait()
-            consumed.append(store.consume(DROP, token_id, f"c{n}", 60_000))
+            consumed.append(consume_with_ttl(store, token, f"c{n}", 60_000))
 
         def restore():
             start.wait()
-            restored.append(store.restore(DROP, token_id, "first"))
-            restored.append(store.restore(DROP, token_id, "first"))
+            restored.append(store.restore(token, "first"))
+            restored.append(store.restore(token, "first"))
 
         threads = [threading.Thread(target=consume, args=(n,)) for n in range(10)]
         threads.append(threading.Thread(target=restore))
@@ -307,7 +320,7 @@ def test_restore_racing_new_consumes_lets_at_most_one_through(store):
         assert restored == [True, False]
         assert sum(consumed) <= 1
         # Once the dust settles the token is used exactly once: by a racer, or else by the next comer.
-        assert store.consume(DROP, token_id, "late", 60_000) == (sum(consumed) == 0)
+        assert consume_with_ttl(store, token, "late", 60_000) == (sum(consumed) == 0)
 
 
 def test_a_purchase_is_one_redis_round_trip_and_a_failed_one_two(origin, signer, redis_url, prefix):

@@ -35,8 +35,9 @@ os.environ.update({
 
 from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
-from chalicelib.store import QueueStore, TargetTick, connect  # noqa: E402
+from chalicelib.store import Defaults, QueueStore, TargetTick, connect  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
+from chalicelib.tokens import EntryToken  # noqa: E402
 
 TARGET = Target("limited-drop", 1)
 NAIVE = Target("limited-drop", 2)
@@ -65,7 +66,9 @@ def settings_for(prefix: str, **values):
 def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
     """`users` in line, as enter.lua leaves them; the first through the real enter, which registers the target."""
     now = int(time.time() * 1000)
-    store.enter(target, 1, now, settings.max_waiting, settings.queue_idle_ttl_s * 1000, "t", 1000)
+    candidate = EntryToken("t", target, 1, now // 1000 + 1, "unused")
+    defaults = Defaults(settings.max_waiting, settings.batch_size, settings.tick_ms, settings.queue_idle_ttl_s * 1000)
+    store.enter(target, 1, now, candidate, defaults)
     k = store.keys(target)
     for start in range(2, users + 1, 10_000):
         chunk = range(start, min(start + 10_000, users + 1))

@@ -1,0 +1,103 @@
+"""Per-target configuration set by operators at run time (`PUT /virtual-queues/{type}/{id}/config`).
+
+Every field is optional; an unset one falls back to the global default of chalicelib/config.py. The
+API spells fields in camelCase and times as ISO-8601 with a zone; Redis keeps them as integers
+(`Redis fields` below), which the Lua scripts read directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+
+from chalicelib.errors import InvalidArgument
+
+MAX_BODY_BYTES = 4096
+# API name -> (Redis field, lowest, highest) for the integer fields.
+_LIMITS = {
+    "batch": ("batch", 1, 100_000),
+    "tickMs": ("tick_ms", 100, 60_000),
+    "maxWaiting": ("max_waiting", 1, 10_000_000),
+    "maxActive": ("max_active", 1, 10_000_000),
+}
+_TIMES = {"opensAt": "opens_at_ms", "closesAt": "closes_at_ms"}
+_ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})")
+_EARLIEST, _LATEST = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """One target's own settings; None means the global default applies."""
+
+    batch: int | None = None
+    tick_ms: int | None = None
+    max_waiting: int | None = None
+    max_active: int | None = None
+    opens_at_ms: int | None = None
+    closes_at_ms: int | None = None
+
+    def to_redis(self) -> dict[str, int]:
+        """The set fields, as stored in the target's `config` hash."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_redis(cls, stored: dict[str, str]) -> "TargetConfig":
+        return cls(**{f.name: int(stored[f.name]) for f in fields(cls) if f.name in stored})
+
+    def to_body(self) -> dict:
+        body: dict = {}
+        for api_name, (name, _, _) in _LIMITS.items():
+            if getattr(self, name) is not None:
+                body[api_name] = getattr(self, name)
+        for api_name, name in _TIMES.items():
+            if getattr(self, name) is not None:
+                body[api_name] = iso_time(getattr(self, name))
+        return body
+
+
+def iso_time(epoch_ms: int) -> str:
+    """`epoch_ms` as ISO-8601 UTC with milliseconds, e.g. 2026-12-01T11:00:00.000Z."""
+    return datetime.fromtimestamp(epoch_ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_config(raw_body: bytes | None) -> TargetConfig:
+    """The configuration a PUT body describes; InvalidArgument for anything malformed, unknown or out of range."""
+    if not raw_body or len(raw_body) > MAX_BODY_BYTES:
+        raise InvalidArgument(f"the body must be a JSON object of at most {MAX_BODY_BYTES} bytes")
+    try:
+        body = json.loads(raw_body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidArgument("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("the body must be a JSON object")
+    unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES))
+    if unknown:
+        raise InvalidArgument(f"unknown fields: {', '.join(unknown)[:200]}")
+    values: dict[str, int] = {}
+    for api_name, (name, lowest, highest) in _LIMITS.items():
+        if api_name in body:
+            value = body[api_name]
+            if type(value) is not int or not lowest <= value <= highest:
+                raise InvalidArgument(f"{api_name} must be an integer from {lowest} to {highest}")
+            values[name] = value
+    for api_name, name in _TIMES.items():
+        if api_name in body:
+            values[name] = _epoch_ms(api_name, body[api_name])
+    config = TargetConfig(**values)
+    if config.opens_at_ms is not None and config.closes_at_ms is not None and config.closes_at_ms <= config.opens_at_ms:
+        raise InvalidArgument("closesAt must be after opensAt")
+    return config
+
+
+def _epoch_ms(api_name: str, value: object) -> int:
+    if not isinstance(value, str) or not _ISO_8601.fullmatch(value):
+        raise InvalidArgument(f"{api_name} must be an ISO-8601 time with a zone, e.g. 2026-12-01T11:00:00Z")
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgument(f"{api_name} is not a real time") from None
+    if not _EARLIEST <= moment < _LATEST:
+        raise InvalidArgument(f"{api_name} must be between 2000 and 2100")
+    return round(moment.timestamp() * 1000)

@@ -1,0 +1,108 @@
+"""A small demo shop: the downstream behind the purchase routes when the waiting room runs locally.
+
+It serves the purchase paths the gate forwards to. Each drop or event (one path, e.g.
+`/limited-drops/1/orders`) has a limited stock, and a user orders at most once per drop or event:
+`POST` answers 201 `{"orderId", ...}`, or 409 `{"code": "SOLD_OUT" | "ALREADY_ORDERED"}`, or 400 without
+a valid `X-User-Id` (the gate sets it). `GET /orders` lists the orders, the stock left, and when each
+purchase request arrived (what the simulator measures the shop's load by).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# The purchase paths of chalicelib/gate.py's PURCHASE_PATHS, as a real downstream would serve them.
+ITEM_PATH = re.compile(r"/(?:limited-drops/[1-9][0-9]{0,17}/orders|events/[1-9][0-9]{0,17}/seats/select)")
+USER_ID = re.compile(r"[1-9][0-9]{0,17}")
+
+
+class DemoShop:
+    """The shop's state and its HTTP server on 127.0.0.1 (`port` 0: any free port)."""
+
+    def __init__(self, stock: int, port: int = 0) -> None:
+        self.stock = stock
+        self._lock = threading.Lock()
+        self._orders: list[dict] = []
+        self._buyers: set[tuple[str, int]] = set()
+        self._sold: dict[str, int] = {}
+        self._refused: dict[str, int] = {"SOLD_OUT": 0, "ALREADY_ORDERED": 0}
+        self._arrivals: list[float] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="demo-shop", daemon=True)
+
+    def start(self) -> "DemoShop":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def order(self, item: str, user_id: int) -> tuple[int, dict]:
+        """Take one unit of `item` for `user_id`: (201, the order) or (409, why not)."""
+        with self._lock:
+            self._arrivals.append(time.time())
+            if (item, user_id) in self._buyers:
+                return self._refuse("ALREADY_ORDERED", "this user has already ordered this item")
+            sold = self._sold.get(item, 0)
+            if sold >= self.stock:
+                return self._refuse("SOLD_OUT", "sold out")
+            self._sold[item] = sold + 1
+            self._buyers.add((item, user_id))
+            order = {"orderId": len(self._orders) + 1, "item": item, "userId": user_id,
+                     "left": self.stock - sold - 1, "at": time.time()}
+            self._orders.append(order)
+            return 201, order
+
+    def summary(self) -> dict:
+        """Orders, stock left per item, refusals, and the arrival time of every purchase request."""
+        with self._lock:
+            return {
+                "stockPerItem": self.stock,
+                "left": {item: self.stock - sold for item, sold in self._sold.items()},
+                "orders": list(self._orders),
+                "refused": dict(self._refused),
+                "requestTimes": list(self._arrivals),
+            }
+
+    def _refuse(self, code: str, detail: str) -> tuple[int, dict]:
+        self._refused[code] += 1
+        return 409, {"code": code, "detail": detail}
+
+
+def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            user = self.headers.get("X-User-Id") or ""
+            if not ITEM_PATH.fullmatch(self.path):
+                self._answer(404, {"code": "NOT_FOUND", "detail": "no such item"})
+            elif not USER_ID.fullmatch(user):
+                self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "X-User-Id must be a positive integer"})
+            else:
+                self._answer(*shop.order(self.path, int(user)))
+
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] == "/orders":
+                self._answer(200, shop.summary())
+            else:
+                self._answer(404, {"code": "NOT_FOUND", "detail": "try GET /orders"})
+
+        def _answer(self, status: int, body: dict) -> None:
+            payload = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # one line per request would drown `make run`'s output
+
+    return Handler

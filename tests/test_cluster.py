@@ -1,0 +1,197 @@
+"""Cluster mode: every operation on many targets spread over the slots of a 3-node Valkey cluster, through
+redis-py's RedisCluster, never crossing a slot; and the fail-open answers when cluster nodes fail.
+
+The rest of the store's suite runs against the same cluster with `pytest --redis-cluster` (see the Makefile).
+"""
+
+import logging
+import os
+import signal
+import time
+
+import pybreaker
+import pytest
+import redis
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
+
+from chalicelib import runtime
+from chalicelib.config import load_settings
+from chalicelib.errors import EntryTokenUsed
+from chalicelib.purchase import PurchaseGate, PurchaseRequest
+from chalicelib.pump import Pump
+from chalicelib.queue import WaitingRoom
+from chalicelib.store import QueueStore, TargetTick, connect
+from chalicelib.targets import Target
+from chalicelib.tokens import TokenSigner
+from tests.redis_servers import ValkeyCluster
+from tests.test_purchase import Origin, closed_port
+
+pytestmark = pytest.mark.cluster
+
+# Enough targets that every node holds several of them.
+TARGETS = [Target("limited-drop", n) for n in range(1, 31)] + [Target("ticketing-event", n) for n in range(1, 31)]
+USERS = (1, 2, 3)
+
+
+class Parts:
+    """The waiting room, purchase gate and pump over one RedisCluster client, built the way runtime.py builds them."""
+
+    def __init__(self, url, prefix, settings, breaker=None):
+        self.client = connect(url, cluster=True)
+        self.store = QueueStore(self.client, prefix, breaker)
+        signer = TokenSigner(settings.keyring)
+        self.room = WaitingRoom(self.store, signer, settings, runtime.switch())
+        self.gate = PurchaseGate(self.store, signer, settings, runtime.switch())
+        self.pump = Pump(self.store, settings)
+        self.signer = signer
+
+
+@pytest.fixture
+def origin(env):
+    server = Origin()
+    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def on_cluster(valkey_cluster, env, origin, prefix):
+    env(VQ_TICK_MS=100, VQ_BATCH_SIZE=2)
+    parts = Parts(valkey_cluster.url, prefix, load_settings())
+    yield parts
+    keys = list(parts.client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        parts.client.delete(*keys)
+
+
+@pytest.fixture
+def redis_errors(caplog):
+    """Everything redis-py and the app logged at WARNING or above (a CROSSSLOT would show here)."""
+    caplog.set_level(logging.WARNING)
+    return lambda: [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def purchase(gate, token, target):
+    return gate.purchase(PurchaseRequest(
+        target_type=target.type, target_id=str(target.id), entry_token=token.text, user_id=str(token.user_id),
+        authorizer=None, body=b'{"sku":"x"}', content_type="application/json",
+    ))
+
+
+def nodes_of(client, keys):
+    return {client.nodes_manager.get_node_from_slot(key_slot(key.encode())).port for key in keys}
+
+
+def test_the_targets_spread_over_all_three_nodes(on_cluster, valkey_cluster):
+    keys = [on_cluster.store.keys(target).waiting for target in TARGETS]
+    assert nodes_of(on_cluster.client, keys) == set(valkey_cluster.ports)
+    assert len({key_slot(key.encode()) for key in keys}) == len(TARGETS)
+
+
+def test_every_operation_on_many_targets_stays_in_one_slot(on_cluster, origin, capsys, redis_errors):
+    room, gate, store = on_cluster.room, on_cluster.gate, on_cluster.store
+    tickets = {}
+    for target in TARGETS:
+        for user in USERS:
+            entry = room.enter(target, user)
+            assert entry.status == "WAITING", (target, entry)  # a CROSSSLOT would fail open: DIRECT_ADMITTED
+            tickets[target, user] = entry.queue_ticket
+        assert room.status(target, 3, tickets[target, 3]).position == 3
+        room.leave(target, 2, tickets[target, 2])
+        assert room.stats(target)["waitingCount"] == 2
+    assert set(store.registered_targets()) == set(TARGETS)
+
+    report = on_cluster.pump.tick()  # lock, registry, one pipeline over the three nodes
+    assert report.held_lock and report.errors == 0
+    assert set(report.targets) == set(TARGETS)
+    assert all(isinstance(result, TargetTick) and result.admitted == 2 for result in report.targets.values())
+
+    origin.answers = [(503, {"error": "try again"})] * len(TARGETS)
+    for target in TARGETS:
+        admitted = room.status(target, 1, tickets[target, 1])
+        assert admitted.status == "ADMITTED"
+        assert room.status(target, 3, tickets[target, 3]).status == "ADMITTED"  # user 2 left: no slot wasted
+        token = admitted.entry_token
+        assert purchase(gate, token, target).status == 503  # consumed, then restored
+        assert purchase(gate, token, target).status == 201
+        with pytest.raises(EntryTokenUsed):
+            purchase(gate, token, target)
+        assert room.stats(target)["admittedCount"] == 2
+
+    assert store.breaker.fail_counter == 0, "a Redis call failed (and was answered fail-open)"
+    assert '"RedisDegraded"' not in capsys.readouterr().out
+    assert not [line for line in redis_errors() if "CROSSSLOT" in line.upper()]
+
+
+def test_idle_targets_are_forgotten_through_the_cluster_pipeline(on_cluster):
+    room, store = on_cluster.room, on_cluster.store
+    for target in TARGETS[:10]:
+        room.leave(target, 1, room.enter(target, 1).queue_ticket)
+    report = on_cluster.pump.tick()
+    assert report.errors == 0 and all(report.targets[t].idle for t in TARGETS[:10])
+    assert store.registered_targets() == {}
+
+
+def test_the_pump_reloads_scripts_every_node_lost(on_cluster):
+    room = on_cluster.room
+    for target in TARGETS:
+        room.enter(target, 1)
+    on_cluster.client.script_flush(target_nodes=redis.RedisCluster.ALL_NODES)  # as after a restart or failover
+    report = on_cluster.pump.tick()
+    assert report.errors == 0 and sum(result.admitted for result in report.targets.values()) == len(TARGETS)
+    assert room.enter(TARGETS[0], 2).status == "WAITING"  # the client-facing scripts reload too
+
+
+def test_a_script_given_keys_of_two_targets_is_refused(on_cluster):
+    """The control: the cluster does refuse a script whose keys span two slots, so the tests above would see one."""
+    store = on_cluster.store
+    two = [store.keys(TARGETS[0]).waiting, store.keys(TARGETS[1]).waiting]
+    assert key_slot(two[0].encode()) != key_slot(two[1].encode())
+    with pytest.raises((RedisClusterException, redis.ResponseError)):
+        on_cluster.client.eval("return redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])", 2, *two)
+
+
+# --- nodes failing: the same fail-open promise as on one server ---
+
+@pytest.fixture
+def own_cluster():
+    cluster = ValkeyCluster()
+    yield cluster
+    cluster.stop()
+
+
+def test_an_unreachable_cluster_at_cold_start_fails_open(env):
+    settings = load_settings()
+    breaker = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=0.3)
+    # A Lambda container starting while the cluster is down: building the client must not need the cluster.
+    parts = Parts(f"redis://127.0.0.1:{closed_port()}", "cold", settings, breaker)
+    started = time.monotonic()
+    entry = parts.room.enter(TARGETS[0], 1)
+    assert entry.status == "DIRECT_ADMITTED" and time.monotonic() - started < 2.0
+    assert parts.pump.tick().errors == 1  # the pump counts the failure and goes on
+
+
+def test_a_paused_node_fails_open_for_its_targets_and_the_cluster_resumes(own_cluster, env):
+    settings = load_settings()
+    parts = Parts(own_cluster.url, "paused", settings, pybreaker.CircuitBreaker(fail_max=3, reset_timeout=0.3))
+    room = parts.room
+    tickets = {target: room.enter(target, 1).queue_ticket for target in TARGETS}
+    victim = own_cluster.servers[1]
+    on_victim = [t for t in TARGETS if nodes_of(parts.client, [parts.store.keys(t).waiting]) == {victim.port}]
+    assert on_victim
+
+    os.kill(victim._process.pid, signal.SIGSTOP)
+    try:
+        for target in on_victim[:5]:
+            started = time.monotonic()
+            assert room.status(target, 1, tickets[target]).status == "DIRECT_ADMITTED"
+            assert time.monotonic() - started < 2.0
+    finally:
+        os.kill(victim._process.pid, signal.SIGCONT)
+
+    deadline = time.monotonic() + 10
+    while room.status(on_victim[0], 1, tickets[on_victim[0]]).status != "WAITING":
+        assert time.monotonic() < deadline, "the cluster client did not resume"
+        time.sleep(0.1)
+    assert all(room.status(t, 1, tickets[t]).position == 1 for t in TARGETS)

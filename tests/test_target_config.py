@@ -1,0 +1,313 @@
+"""Per-target configuration at run time, the scheduled opening with its fair draw, and the max-active cap."""
+
+import hashlib
+import hmac
+import itertools
+import json
+import random
+import threading
+import time
+
+import pytest
+
+from chalicelib import runtime
+from chalicelib.errors import QueueClosed
+from chalicelib.opening import draw_order
+from chalicelib.pump import Pump
+from chalicelib.target_config import TargetConfig, parse_config
+from chalicelib.targets import Target
+
+DROP = Target("limited-drop", 42)
+CONFIG = "/virtual-queues/limited-drop/42/config"
+
+
+def iso(epoch_s):
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s)) + f".{int(epoch_s * 1000) % 1000:03d}Z"
+
+
+def put(api, body):
+    raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return api.http.put(CONFIG, headers={"Content-Type": "application/json"}, body=raw)
+
+
+def wait_for_next_tick(client, tick_ms):
+    seconds, micros = client.time()
+    time.sleep((tick_ms - (seconds * 1000 + micros // 1000) % tick_ms + 5) / 1000)
+
+
+# --- configuration over HTTP ---
+
+
+def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
+    answer = put(api, {"batch": 7, "tickMs": 500, "opensAt": "2030-01-01T10:00:00+01:00"})
+    assert answer.status_code == 200
+    got = api.http.get(CONFIG).json_body
+    assert got["config"] == {"batch": 7, "tickMs": 500, "opensAt": "2030-01-01T09:00:00.000Z"}
+    assert got["effective"] == {"batch": 7, "tickMs": 500, "maxWaiting": 100_000, "opensAt": "2030-01-01T09:00:00.000Z"}
+    # PUT replaces: fields left out fall back to the global defaults.
+    put(api, {"maxActive": 3})
+    assert api.http.get(CONFIG).json_body["effective"] == {"batch": 100, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 3}
+
+
+BAD_BODIES = [
+    {"batch": -1}, {"batch": 0}, {"batch": 10**9}, {"batch": "5"}, {"batch": 5.0}, {"batch": True}, {"batch": None},
+    {"tickMs": 99}, {"tickMs": 60_001}, {"maxWaiting": 0}, {"maxWaiting": [1]}, {"maxActive": -5},
+    {"maxActive": 1e3}, {"opensAt": "2026-12-01"}, {"opensAt": "2026-12-01T11:00:00"}, {"opensAt": "tomorrow"},
+    {"opensAt": 1_800_000_000}, {"opensAt": "2026-13-01T00:00:00Z"}, {"opensAt": "2026-12-01 11:00:00Z"},
+    {"opensAt": "1999-12-31T23:59:59Z"}, {"opensAt": "２０２６-12-01T11:00:00Z"},
+    {"opensAt": "2030-01-01T00:00:00Z", "closesAt": "2030-01-01T00:00:00Z"},
+    {"opensAt": "2030-01-02T00:00:00Z", "closesAt": "2030-01-01T00:00:00Z"},
+    {"batch": 5, "colour": "red"}, [], "[1]", "not json", "", "{" * 5000, b"\xff\xfe",
+]
+
+
+@pytest.mark.parametrize("body", BAD_BODIES, ids=[str(i) for i in range(len(BAD_BODIES))])
+def test_bad_configuration_is_400_and_the_old_one_stays(api, body):
+    assert put(api, {"batch": 9, "maxWaiting": 50}).status_code == 200
+    answer = put(api, body)
+    assert answer.status_code == 400, answer.body
+    assert answer.json_body["code"] == "INVALID_ARGUMENT"
+    assert api.http.get(CONFIG).json_body["config"] == {"batch": 9, "maxWaiting": 50}
+
+
+def test_configuration_routes_check_the_target(api):
+    assert api.http.get("/virtual-queues/nope/42/config").status_code == 404
+    assert put(api, {}).status_code == 200
+    assert api.http.put("/virtual-queues/limited-drop/0/config", body="{}",
+                        headers={"Content-Type": "application/json"}).status_code == 400
+
+
+def test_parse_config_reads_times_to_the_millisecond():
+    config = parse_config(b'{"opensAt": "2030-01-01T00:00:00.250Z", "closesAt": "2030-01-01T01:00:00-02:00"}')
+    assert config == TargetConfig(opens_at_ms=1_893_456_000_250, closes_at_ms=1_893_466_800_000)
+
+
+# --- configuration in force ---
+
+
+def test_own_capacity_applies_instead_of_the_global_one(room):
+    room.configure(DROP, TargetConfig(max_waiting=2))
+    room.enter(DROP, 1)
+    room.enter(DROP, 2)
+    with pytest.raises(Exception) as full:
+        room.enter(DROP, 3)
+    assert full.value.code == "QUEUE_FULL"
+    assert room.enter(Target("limited-drop", 43), 3).status == "WAITING"  # other targets keep the default
+
+
+def test_a_configuration_change_takes_effect_on_the_next_tick_with_pumps_running(make_room):
+    room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=2)
+    for user in range(1, 2001):
+        room.store.client.zadd(room.store.keys(DROP).waiting, {str(user): user})
+    room.store.client.set(room.store.keys(DROP).seq, 2000)
+    room.store.client.zadd(room.store.targets_key, {str(DROP): 1})
+    stop = threading.Event()
+
+    def pump():
+        p = Pump(room.store.__class__(room.store.client, room.store.prefix), room.settings)
+        while not stop.is_set():
+            p.run(ticks=1)
+            time.sleep(0.02)
+
+    pumps = [threading.Thread(target=pump) for _ in range(3)]
+    for thread in pumps:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        room.configure(DROP, TargetConfig(batch=7))
+        changed_at = room.store.client.time()
+        time.sleep(0.6)
+    finally:
+        stop.set()
+        for thread in pumps:
+            thread.join()
+    # From the admissions log: each tick before the change admitted 2, each from the next tick on, 7.
+    log = [entry.split(":") for entry in room.store.client.lrange(room.store.keys(DROP).admissions, 0, -1)]
+    change_ms = changed_at[0] * 1000 + changed_at[1] // 1000
+    per_tick = sorted((int(start), int(admitted) // int(covered)) for start, admitted, covered in log)
+    before = {n for start, n in per_tick if start + 100 <= change_ms}
+    after = [n for start, n in per_tick if start >= change_ms + 100]
+    assert before == {2}
+    assert after and set(after) == {7}
+
+
+def test_stats_report_the_configuration_beside_the_live_figures(room):
+    room.configure(DROP, TargetConfig(batch=3, max_active=9))
+    room.enter(DROP, 1)
+    stats = room.stats(DROP)
+    assert stats["config"] == {"batch": 3, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 9}
+    assert stats["waitingCount"] == 1 and stats["activeCount"] == 0 and stats["preQueuedCount"] == 0
+
+
+def test_pump_gauges_carry_the_configuration(room, capsys):
+    room.configure(DROP, TargetConfig(batch=4, tick_ms=500, max_active=6))
+    room.enter(DROP, 1)
+    Pump(room.store, room.settings).tick()
+    line = next(json.loads(line) for line in capsys.readouterr().out.splitlines() if '"ConfiguredRatePerSec"' in line)
+    assert line["target"] == str(DROP)
+    assert (line["ConfiguredRatePerSec"], line["Capacity"], line["MaxActive"]) == ([8.0], [100_000], [6])
+
+
+def test_closed_queue_refuses_newcomers_but_keeps_its_line(room, api):
+    ticket = room.enter(DROP, 1).queue_ticket
+    room.configure(DROP, TargetConfig(closes_at_ms=int(time.time() * 1000) - 1))
+    with pytest.raises(QueueClosed):
+        room.enter(DROP, 2)
+    assert room.enter(DROP, 1).status == "WAITING"
+    assert room.status(DROP, 1, ticket).position == 1
+    answer = api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "3"})
+    assert answer.status_code == 409 and answer.json_body["code"] == "QUEUE_CLOSED"
+
+
+# --- scheduled opening ---
+
+
+def test_the_draw_is_uniform_over_orders():
+    """Chi-square over all 24 orders of a 4-user pre-queue, from 12,000 draws with independent seeds."""
+    entrants = [("11", 1), ("22", 2), ("33", 3), ("44", 4)]
+    seeds = random.Random(20261129)
+    counts = dict.fromkeys(itertools.permutations("11 22 33 44".split()), 0)
+    draws = 12_000
+    for _ in range(draws):
+        order = draw_order(seeds.randbytes(32), entrants)
+        assert [seq for _, seq in order] == [1, 2, 3, 4]  # the arrival numbers, dealt in the drawn order
+        counts[tuple(user for user, _ in order)] += 1
+    expected = draws / 24
+    chi_square = sum((seen - expected) ** 2 / expected for seen in counts.values())
+    assert chi_square < 49.73  # 23 degrees of freedom, p = 0.001
+    assert min(counts.values()) > 0
+
+
+def test_the_draw_is_checkable_from_its_seed():
+    seed = bytes(range(32))
+    order = draw_order(seed, [("7", 10), ("8", 11), ("9", 12)])
+    by_hmac = sorted("789", key=lambda user: hmac.new(seed, user.encode(), hashlib.sha256).digest())
+    assert [user for user, _ in order] == by_hmac
+
+
+def test_pre_queue_opens_in_a_fair_draw_ahead_of_everyone_after_opening(make_room, client):
+    room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
+    opens_at = time.time() + 1.0
+    room.configure(DROP, TargetConfig(opens_at_ms=int(opens_at * 1000)))
+    early = {user: room.enter(DROP, user) for user in range(100, 130)}
+    assert {entry.status for entry in early.values()} == {"PRE_QUEUE"}
+    body = early[100].to_body()
+    assert body["opensAt"] == iso(int(opens_at * 1000) / 1000) and body["queueTicket"] and "position" not in body
+    assert room.enter(DROP, 100).queue_ticket is None  # re-entering keeps the pre-queue place, no new ticket
+    assert room.status(DROP, 101, early[101].queue_ticket).status == "PRE_QUEUE"
+    room.leave(DROP, 129, early[129].queue_ticket)  # a change of mind before opening
+
+    pump = Pump(room.store, room.settings)
+    pump.run(ticks=1)
+    assert room.stats(DROP)["preQueuedCount"] == 29  # nothing happens before the opening
+    time.sleep(max(0, opens_at - time.time()) + 0.05)
+    late = [room.enter(DROP, user) for user in (1, 2, 3)]  # after opening, before the pump's draw
+    assert {entry.status for entry in late} == {"WAITING"}
+    pump.run(ticks=2)  # the first tick draws; admission starts on the next
+
+    waiting = dict(client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True))
+    arrivals = {user: room.signer.read_ticket(entry.queue_ticket).seq for user, entry in early.items() if user != 129}
+    drawn = {int(user): int(seq) for user, seq in waiting.items() if int(user) >= 100}
+    admitted_so_far = room.stats(DROP)["admittedCount"]
+    assert admitted_so_far == 5
+    # Everyone from the pre-queue got a place (those admitted are still in line until they poll) ...
+    assert set(drawn) == set(arrivals)
+    # ... at the arrival numbers the pre-queue handed out, dealt in the order the recorded seed gives ...
+    stats = room.stats(DROP)
+    seed = bytes.fromhex(stats["openingDraw"]["seed"])
+    assert stats["openingDraw"]["placed"] == 29
+    expected = dict(draw_order(seed, [(str(u), n) for u, n in arrivals.items()]))
+    assert {str(u): s for u, s in drawn.items()} == expected
+    # ... and all of them ahead of everyone who entered after the opening.
+    assert max(drawn.values()) < min(int(waiting[str(u)]) for u in (1, 2, 3))
+    first_five = sorted(drawn, key=drawn.get)[:5]
+    assert {room.status(DROP, u, early[u].queue_ticket).status for u in first_five} == {"ADMITTED"}
+
+
+def test_pre_queue_counts_against_capacity(room):
+    room.configure(DROP, TargetConfig(max_waiting=2, opens_at_ms=int(time.time() * 1000) + 60_000))
+    room.enter(DROP, 1)
+    room.enter(DROP, 2)
+    with pytest.raises(Exception) as full:
+        room.enter(DROP, 3)
+    assert full.value.code == "QUEUE_FULL"
+
+
+def test_a_draw_interrupted_midway_resumes_with_the_same_seed(room, client):
+    from chalicelib.opening import open_target
+
+    room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + 300))
+    for user in range(1, 11):
+        room.enter(DROP, user)
+    time.sleep(0.35)
+    seed, done = room.store.begin_draw(DROP, "aa" * 32)  # a pump began the draw, then froze
+    assert (seed, done) == ("aa" * 32, False)
+    assert open_target(room.store, DROP, 0) == 10  # the next pump finishes it with the recorded seed
+    assert room.stats(DROP)["openingDraw"]["seed"] == "aa" * 32
+    assert open_target(room.store, DROP, 0) == 0  # and a third finds it done
+
+
+# --- max active ---
+
+
+def live_active(room):
+    return room.stats(DROP)["activeCount"]
+
+
+def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_expire(make_room):
+    room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=10, VQ_TOKEN_TTL_S=1)
+    room.configure(DROP, TargetConfig(max_active=5))
+    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 41)}
+    pump = Pump(room.store, room.settings)
+
+    pump.run(ticks=3)
+    assert room.stats(DROP)["admittedCount"] == 5 and live_active(room) == 5
+    tokens = [room.status(DROP, user, tickets[user]).entry_token for user in range(1, 6)]
+    assert all(tokens)
+    pump.run(ticks=2)
+    assert room.stats(DROP)["admittedCount"] == 5  # collected but unused tokens still hold their room
+
+    for token in tokens[:2]:
+        assert room.store.consume(token, "purchase", int(time.time() * 1000))
+    pump.run(ticks=2)
+    assert room.stats(DROP)["admittedCount"] == 7 and live_active(room) == 5  # two bought: two more let in
+
+    time.sleep(1.1)  # every token issued so far has expired
+    for user in (6, 7):
+        room.status(DROP, user, tickets[user])  # collect (fresh tokens, 1 s)
+    pump.run(ticks=2)
+    assert room.stats(DROP)["admittedCount"] == 10  # three expired tokens freed their room
+    assert live_active(room) <= 5
+
+
+def test_max_active_holds_under_concurrent_pumps(make_room):
+    room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=20)
+    room.configure(DROP, TargetConfig(max_active=15))
+    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 201)}
+    stop = threading.Event()
+    seen = []
+
+    def pump():
+        p = Pump(room.store.__class__(room.store.client, room.store.prefix), room.settings)
+        while not stop.is_set():
+            p.run(ticks=1)
+
+    def buyer():
+        # Users collect their tokens and buy; the cap must hold at every moment regardless.
+        while not stop.is_set():
+            seen.append(live_active(room))
+            for user, ticket in list(tickets.items())[:60]:
+                entry = room.status(DROP, user, ticket)
+                if entry.status == "ADMITTED" and random.random() < 0.5:
+                    room.store.consume(entry.entry_token, "buy", int(time.time() * 1000))
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=pump) for _ in range(4)] + [threading.Thread(target=buyer)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert max(seen) <= 15 and max(seen) == 15
+    assert room.stats(DROP)["admittedCount"] > 15  # it refilled as tokens were used
