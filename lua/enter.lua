@@ -67,10 +67,12 @@ if seq then
   redis.call('ZADD', KEYS[2], now, user)
 end
 
--- Sliding TTL: a queue nobody enters and no pump visits cleans itself up.
-local idle = ARGV[4]
-for _, i in ipairs({1, 2, 3, 4, 9}) do
-  redis.call('PEXPIRE', KEYS[i], idle)
+-- Sliding TTL, refreshed by each newcomer (and by the pump each tick): a queue nobody enters and no
+-- pump visits cleans itself up.
+if created == 1 then
+  for _, i in ipairs({1, 2, 3, 4, 9}) do
+    redis.call('PEXPIRE', KEYS[i], ARGV[4])
+  end
 end
 -- Not sliding: should the registration itself be lost, an enter within ARGV[8] ms registers again.
 local register = 0

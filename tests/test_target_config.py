@@ -255,7 +255,7 @@ def live_active(room):
 
 
 def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_expire(make_room):
-    room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=10, VQ_TOKEN_TTL_S=1)
+    room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=10, VQ_TOKEN_TTL_S=3)
     room.configure(DROP, TargetConfig(max_active=5))
     tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 41)}
     pump = Pump(room.store, room.settings)
@@ -272,9 +272,9 @@ def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_e
     pump.run(ticks=2)
     assert room.stats(DROP)["admittedCount"] == 7 and live_active(room) == 5  # two bought: two more let in
 
-    time.sleep(1.1)  # every token issued so far has expired
+    time.sleep(3.1)  # every token issued so far has expired
     for user in (6, 7):
-        room.status(DROP, user, tickets[user])  # collect (fresh tokens, 1 s)
+        room.status(DROP, user, tickets[user])  # collect (fresh tokens, 3 s)
     pump.run(ticks=2)
     assert room.stats(DROP)["admittedCount"] == 10  # three expired tokens freed their room
     assert live_active(room) <= 5
