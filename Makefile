@@ -18,5 +18,10 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+## Build the deployment offline into build/: sam.json (CloudFormation/SAM) and deployment.zip (README: Deploy).
+STAGE ?= prod
+package: $(VENV)/.installed
+	$(BIN)/python infra/package.py --stage $(STAGE) build
+
 clean:
 	rm -rf $(VENV) build .pytest_cache

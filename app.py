@@ -8,7 +8,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.jmespath_utils import query
 from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorizer, Response
 
-from chalicelib import gate, runtime
+from chalicelib import gate, page, runtime
 from chalicelib.errors import QueueError
 from chalicelib.observability import count, logger, metrics, tracer
 from chalicelib.purchase import PurchaseRequest
@@ -128,11 +128,11 @@ def purchase_authorizer(event, context):
 
 
 # Deployed, API Gateway runs `purchase_authorizer` before the purchase routes. Chalice can only describe a
-# TOKEN authorizer, so infra/authorizer.json rewrites this one into a REQUEST authorizer on X-Entry-Token and
+# TOKEN authorizer, so infra/authorizer.yaml rewrites this one into a REQUEST authorizer on X-Entry-Token and
 # X-User-Id and points it at the function (the URI below is a placeholder). Locally no custom authorizer
 # runs: the routes check the token themselves either way.
 PURCHASE_AUTHORIZER = CustomAuthorizer(
-    "purchase_authorizer", authorizer_uri="set-by-infra/authorizer.json", ttl_seconds=0, header="X-Entry-Token",
+    "purchase_authorizer", authorizer_uri="set-by-infra/authorizer.yaml", ttl_seconds=0, header="X-Entry-Token",
 )
 
 
@@ -171,7 +171,26 @@ def select_seats(event_id):
 @logger.inject_lambda_context
 @metrics.log_metrics
 def admission_pump(event, context):
-    """Every minute from EventBridge (infra/pump-schedule.json): tick until shortly before the deadline.
+    """Every minute from EventBridge (infra/pump.yaml): tick until shortly before the deadline.
     `{"ticks": N}` runs exactly N ticks. Answers the run's totals."""
     pump = Pump(runtime.store(), runtime.settings())
     return pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis).to_body()
+
+
+# --- waiting-room page ---
+
+WAITING_ROOM = "/waiting-room/{queue_type}/{target_id}"
+
+
+@app.route(WAITING_ROOM, methods=["GET"])
+@answers_queue_errors
+def waiting_room_page(queue_type, target_id):
+    """The waiting-room web page of one line (HTML and script, same origin as the API)."""
+    target = _target(queue_type, target_id)
+    html = page.render(
+        target,
+        page_path=WAITING_ROOM.format(queue_type=target.type, target_id=target.id),
+        entries_path=ENTRIES.format(queue_type=target.type, target_id=target.id),
+        purchase_path=gate.purchase_path(target),
+    )
+    return Response(body=html, status_code=200, headers={"Content-Type": "text/html; charset=utf-8"})

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
-from redis.exceptions import LockNotOwnedError, RedisError
+from redis.exceptions import LockNotOwnedError
 
 from chalicelib.config import Settings
 from chalicelib.observability import NAMESPACE, SERVICE, count, logger
 from chalicelib.opening import open_target
-from chalicelib.store import PumpRules, QueueStore, TargetTick
+from chalicelib.store import REDIS_FAILURES, PumpRules, QueueStore, TargetTick
 from chalicelib.targets import Target
 
 # Stop this long before the Lambda deadline, so the last tick and the lock release finish in time.
@@ -143,9 +143,11 @@ class Pump:
                 idle[target] = nonces[target]
             if result.needs_draw:
                 errors += self._open(target, result.server_ms)
-        # The admission rate the targets with users still waiting are configured for, per tick (also when 0: a
-        # heartbeat). The alarm on a stalled pump compares the admissions made against it.
-        rates = [r.batch * 1000 / r.tick_ms for r in results.values() if isinstance(r, TargetTick) and r.waiting > 0]
+        # The admission rate owed to the targets with users still waiting, per tick (also when 0: a heartbeat).
+        # The alarm on a stalled pump compares the admissions made against it. A max-active cap or a pending
+        # opening draw may hold a target back on purpose: those owe nothing that can be told apart from a stall.
+        rates = [r.batch * 1000 / r.tick_ms for r in results.values()
+                 if isinstance(r, TargetTick) and r.waiting > 0 and r.max_active is None and not r.needs_draw]
         count("TargetRatePerSec", value=sum(rates), unit=MetricUnit.CountPerSecond)
         # Wake for the shortest tick any target is configured with (idempotent ticks make extra visits free).
         self._wake_every_ms = min([self.tick_ms, *(r.tick_ms for r in results.values() if isinstance(r, TargetTick))])
@@ -153,7 +155,7 @@ class Pump:
             try:
                 forgotten = self.store.forget_targets(idle)
                 logger.info("forgot idle targets", extra={"targets": [str(t) for t in forgotten]})
-            except RedisError:
+            except REDIS_FAILURES:
                 # Harmless: the target is visited again next tick and forgotten then.
                 logger.exception("could not forget idle targets")
                 count("PumpErrors")
@@ -187,7 +189,7 @@ class Pump:
         self.holding = False
         try:
             self.lock.release()
-        except RedisError:
+        except REDIS_FAILURES:
             # Lapsed or unreachable: the lease ends it anyway.
             logger.warning("could not release the pump lock", exc_info=True)
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import functools
 
-import pybreaker
 from aws_lambda_powertools.utilities.feature_flags import AppConfigStore, FeatureFlags
 
 from chalicelib.config import ConfigError, Settings, load_keyring, load_settings, redis_url_with_auth
 from chalicelib.flags import JsonFileStore, QueueSwitch
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
-from chalicelib.store import QueueStore, connect
+from chalicelib.store import Breaker, QueueStore, connect
 from chalicelib.tokens import TokenSigner
 
 
@@ -46,7 +45,7 @@ def store() -> QueueStore:
         raise ConfigError("REDIS_URL is not set (`make run` starts an embedded Valkey and sets it)")
     if settings().redis_auth_secret_id:
         url = redis_url_with_auth(url, settings().redis_auth_secret_id)
-    breaker = pybreaker.CircuitBreaker(
+    breaker = Breaker(
         fail_max=settings().breaker_failures, reset_timeout=settings().breaker_cooldown_ms / 1000,
     )
     return QueueStore(connect(url, cluster=settings().redis_cluster), settings().key_prefix, breaker)

@@ -7,14 +7,17 @@ Each client-facing method is one script call: one round trip.
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
 
 import pybreaker
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.commands.core import Script
+from redis.connection import Encoder
+from redis.exceptions import NoScriptError, RedisClusterException
 from redis.lock import Lock
 from redis.retry import Retry
 
@@ -29,6 +32,7 @@ from chalicelib.tokens import EntryToken
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 
 RedisClient = Union[redis.Redis, redis.RedisCluster]
+T = TypeVar("T")
 
 # How long enter trusts a target's registration before refreshing it (heals a registration lost to a fault).
 REGISTRATION_REFRESH_MS = 60_000
@@ -36,6 +40,15 @@ REGISTRATION_REFRESH_MS = 60_000
 
 class StoreUnavailable(Exception):
     """Queue state cannot be read or written now: Redis failed, or the circuit breaker is skipping it."""
+
+
+class Breaker(pybreaker.CircuitBreaker):
+    """pybreaker's circuit breaker without its lock around the whole guarded call: with that lock, concurrent
+    calls (a threaded server) wait for each other's timeouts one after another, far past the timeout budget.
+    State changes keep their own locks; at worst a few concurrent calls make the half-open trial together."""
+
+    def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return self.state.call(func, *args, **kwargs)
 
 
 def connect(url: str, *, cluster: bool = False) -> RedisClient:
@@ -47,8 +60,47 @@ def connect(url: str, *, cluster: bool = False) -> RedisClient:
         retry=Retry(NoBackoff(), 0),
     )
     if cluster:
-        return redis.RedisCluster.from_url(url, **options)
+        return cast(redis.RedisCluster, _ClusterOnFirstUse(url, options))
     return redis.Redis.from_url(url, **options)
+
+
+# What a failing Redis raises: redis-py's cluster client raises RedisClusterException (not a RedisError) when it
+# cannot reach any node to learn the slot map.
+REDIS_FAILURES = (redis.RedisError, RedisClusterException)
+
+
+class _ClusterOnFirstUse:
+    """A RedisCluster built on its first command. Building one asks a node for the slot map, so building it up
+    front would turn a cold start during an outage into an error instead of a fail-open answer."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self._url, self._options = url, options
+        self._client: redis.RedisCluster | None = None
+        self._building = threading.Lock()
+
+    def get_encoder(self) -> Encoder:
+        # Scripts hash their text with it when registered, before any command is sent.
+        return Encoder("utf-8", "strict", self._options["decode_responses"])
+
+    def register_script(self, script: str) -> Script:
+        return Script(self, script)
+
+    def lock(self, name: str, **options: Any) -> Lock:
+        return Lock(self, name, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        if callable(getattr(redis.RedisCluster, name, None)):
+            return lambda *args, **kwargs: getattr(self._connected(), name)(*args, **kwargs)
+        return getattr(self._connected(), name)
+
+    def _connected(self) -> redis.RedisCluster:
+        with self._building:
+            if self._client is None:
+                try:
+                    self._client = redis.RedisCluster.from_url(self._url, **self._options)
+                except RedisClusterException as err:
+                    raise redis.ConnectionError(str(err)) from None
+            return self._client
 
 
 def load_script(client: RedisClient, name: str) -> redis.commands.core.Script:
@@ -188,7 +240,7 @@ class QueueStore:
         self.client = client
         self.prefix = prefix
         # After a few failures in a row, client calls skip Redis for a cool-down instead of each paying the timeout.
-        self.breaker = breaker or pybreaker.CircuitBreaker(fail_max=3, reset_timeout=5)
+        self.breaker = breaker or Breaker(fail_max=3, reset_timeout=5)
         self.targets_key = f"{prefix}:targets"
         self.pump_lock_key = f"{prefix}:pump-lock"
         self._enter = load_script(client, "enter")
@@ -314,7 +366,7 @@ class QueueStore:
         """One client-facing Redis call through the circuit breaker; any Redis failure is StoreUnavailable."""
         try:
             return self.breaker.call(call, *args)
-        except (redis.RedisError, pybreaker.CircuitBreakerError) as err:
+        except (*REDIS_FAILURES, pybreaker.CircuitBreakerError) as err:
             raise StoreUnavailable(type(err).__name__) from err
 
     def _register(self, target: Target) -> None:
@@ -323,7 +375,7 @@ class QueueStore:
         # only if nobody registered it again in between.
         try:
             self.client.zadd(self.targets_key, {str(target): random.getrandbits(52)})
-        except redis.RedisError:
+        except REDIS_FAILURES:
             # The user is in line all the same; an enter after the registration lapses registers again.
             logger.warning("target registration failed", extra={"target": str(target)})
 

@@ -3,8 +3,8 @@
 It serves the purchase paths the gate forwards to. Each drop or event (one path, e.g.
 `/limited-drops/1/orders`) has a limited stock, and a user orders at most once per drop or event:
 `POST` answers 201 `{"orderId", ...}`, or 409 `{"code": "SOLD_OUT" | "ALREADY_ORDERED"}`, or 400 without
-a valid `X-User-Id` (the gate sets it). `GET /orders` lists the orders, the stock left, and when each
-purchase request arrived (what the simulator measures the shop's load by).
+a valid `X-User-Id` (the gate sets it). `GET /orders` lists the orders, the stock left, and each purchase
+request's arrival time and user (what the simulator measures the shop's load and double purchases by).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class DemoShop:
         self._buyers: set[tuple[str, int]] = set()
         self._sold: dict[str, int] = {}
         self._refused: dict[str, int] = {"SOLD_OUT": 0, "ALREADY_ORDERED": 0}
-        self._arrivals: list[float] = []
+        self._requests: list[dict] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -47,7 +47,7 @@ class DemoShop:
     def order(self, item: str, user_id: int) -> tuple[int, dict]:
         """Take one unit of `item` for `user_id`: (201, the order) or (409, why not)."""
         with self._lock:
-            self._arrivals.append(time.time())
+            self._requests.append({"at": time.time(), "userId": user_id})
             if (item, user_id) in self._buyers:
                 return self._refuse("ALREADY_ORDERED", "this user has already ordered this item")
             sold = self._sold.get(item, 0)
@@ -61,14 +61,14 @@ class DemoShop:
             return 201, order
 
     def summary(self) -> dict:
-        """Orders, stock left per item, refusals, and the arrival time of every purchase request."""
+        """Orders, stock left per item, refusals, and every purchase request (when, from whom)."""
         with self._lock:
             return {
                 "stockPerItem": self.stock,
                 "left": {item: self.stock - sold for item, sold in self._sold.items()},
                 "orders": list(self._orders),
                 "refused": dict(self._refused),
-                "requestTimes": list(self._arrivals),
+                "requests": list(self._requests),
             }
 
     def _refuse(self, code: str, detail: str) -> tuple[int, dict]:

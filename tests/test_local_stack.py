@@ -1,16 +1,21 @@
-"""`make run`'s stack: starts on embedded defaults, answers, and leaves nothing behind on stop."""
+"""`make run`'s stack: starts on embedded defaults, queues, sells through the demo shop, and leaves nothing behind on stop."""
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from infra.local_stack import LocalStack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,11 +33,12 @@ def port_open(port):
 
 @pytest.mark.slow
 def test_local_stack_serves_the_queue_and_stops_cleanly():
-    port = free_port()
+    port, shop_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VQ_") and k != "REDIS_URL"}
     env["VQ_LOCAL_PORT"] = str(port)
     env["VQ_TICK_MS"] = "500"
-    stack = subprocess.Popen([sys.executable, str(ROOT / "infra" / "local_stack.py")], cwd=ROOT, env=env,
+    command = [sys.executable, str(ROOT / "infra" / "local_stack.py"), "--shop-port", str(shop_port), "--stock", "1"]
+    stack = subprocess.Popen(command, cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     try:
@@ -42,8 +48,11 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
             lines.append(line)
             if "Ctrl-C stops everything" in line or stack.poll() is not None:
                 break
-        assert "virtual-queue is running" in "".join(lines), "".join(lines)
-        redis_port = int("".join(lines).split("Redis  redis://127.0.0.1:")[1].split()[0])
+        printed = "".join(lines)
+        assert "virtual-queue is running" in printed, printed
+        redis_port = int(re.search(r"Redis +redis://127\.0\.0\.1:(\d+)", printed)[1])
+        assert f"http://127.0.0.1:{port}/waiting-room/limited-drop/1" in printed
+        assert f"http://127.0.0.1:{shop_port}/orders" in printed
 
         entries = f"http://127.0.0.1:{port}/virtual-queues/limited-drop/1/entries"
         request = urllib.request.Request(entries, method="POST", headers={"X-User-Id": "1"})
@@ -60,9 +69,62 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
                 break
             time.sleep(0.2)
         assert polled["status"] == "ADMITTED" and polled["entryToken"]
+
+        # The purchase goes through to the demo shop, which has one unit: the next buyer finds it sold out.
+        assert buy(port, "1", polled["entryToken"]) == (201, 1)
+        assert buy(port, "2", admitted_token(port, entries, "2")) == (409, "SOLD_OUT")
+        with urllib.request.urlopen(f"http://127.0.0.1:{shop_port}/orders", timeout=5) as answer:
+            assert [order["userId"] for order in json.load(answer)["orders"]] == [1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/waiting-room/limited-drop/1", timeout=5) as answer:
+            assert answer.headers["Content-Type"] == "text/html; charset=utf-8"
     finally:
         stack.send_signal(signal.SIGINT)
         stack.communicate(timeout=20)
     assert stack.returncode == 0
     assert not port_open(port), "the API is still listening"
+    assert not port_open(shop_port), "the demo shop is still listening"
     assert not port_open(redis_port), "the embedded Valkey is still running"
+
+
+def admitted_token(port, entries, user):
+    """Enter and poll until admitted (the pump ticks every 500 ms); the entry token."""
+    entered = json.load(urllib.request.urlopen(urllib.request.Request(
+        entries, method="POST", headers={"X-User-Id": user}), timeout=5))
+    poll = urllib.request.Request(entries + "/me", headers={"X-User-Id": user, "X-Queue-Ticket": entered["queueTicket"]})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        polled = json.load(urllib.request.urlopen(poll, timeout=5))
+        if polled["status"] == "ADMITTED":
+            return polled["entryToken"]
+        time.sleep(0.2)
+    raise AssertionError(f"user {user} was not admitted: {polled}")
+
+
+def buy(port, user, token):
+    """POST the limited drop's order route; (status, the order id or the refusal's code)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/limited-drops/1/orders", data=b"{}", method="POST",
+                                     headers={"X-User-Id": user, "X-Entry-Token": token, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, json.load(answer)["orderId"]
+    except urllib.error.HTTPError as answer:
+        return answer.status, json.load(answer)["code"]
+
+
+@pytest.mark.slow
+def test_concurrent_requests_are_never_answered_with_each_others_state(redis_url, prefix):
+    # Chalice keeps the request in hand on the app object: the local API must let one at a time through it.
+    env = {**os.environ, "REDIS_URL": redis_url, "VQ_KEY_PREFIX": prefix}
+    with LocalStack(env, api_port=free_port(), pump_class=None, api_output=subprocess.DEVNULL) as stack:
+        entries = f"{stack.api_url}/virtual-queues/limited-drop/1/entries"
+
+        def enter_and_poll(user):
+            entered = json.load(urllib.request.urlopen(urllib.request.Request(
+                entries, method="POST", headers={"X-User-Id": str(user)}), timeout=10))
+            headers = {"X-User-Id": str(user), "X-Queue-Ticket": entered.get("queueTicket", "")}
+            return entered, json.load(urllib.request.urlopen(urllib.request.Request(entries + "/me", headers=headers), timeout=10))
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(enter_and_poll, range(1, 201)))
+    assert all("queueTicket" in entered for entered, _ in answers), "a first entry was answered without its ticket"
+    assert sorted(polled["position"] for _, polled in answers) == list(range(1, 201))

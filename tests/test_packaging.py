@@ -1,8 +1,10 @@
-"""The deployment package: `chalice package` ships the Lua scripts, and the unpacked package runs them."""
+"""The deployment package: `make package` ships the Lua scripts and every dependency, and the unpacked
+package serves requests through the Lambda entry point the template names (`app.app`)."""
 
 import os
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -10,14 +12,44 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Runs in the unpacked package: one enter and one status request, as API Gateway's proxy events to `app.app`.
+PROBE = textwrap.dedent("""
+    import json, sys, types
+    sys.path.insert(0, ".")
+    from pathlib import Path
+    import app, chalicelib.store
+    assert chalicelib.store.LUA_DIR.parent == Path.cwd().resolve(), chalicelib.store.LUA_DIR
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    out = tmp_path_factory.mktemp("package")
-    chalice = Path(sys.executable).parent / "chalice"
-    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
-    subprocess.run([str(chalice), "package", str(out)], cwd=ROOT, env=env, check=True, capture_output=True)
-    return out / "deployment.zip"
+    context = types.SimpleNamespace(
+        function_name="api_handler", memory_limit_in_mb=128, aws_request_id="probe",
+        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:api_handler",
+        get_remaining_time_in_millis=lambda: 30000,
+    )
+
+    def call(method, suffix, headers):
+        resource = "/virtual-queues/{queue_type}/{target_id}/entries" + suffix
+        event = {
+            "resource": resource, "path": "/virtual-queues/limited-drop/1/entries" + suffix, "httpMethod": method,
+            "headers": headers, "multiValueHeaders": {k: [v] for k, v in headers.items()},
+            "queryStringParameters": None, "multiValueQueryStringParameters": None,
+            "pathParameters": {"queue_type": "limited-drop", "target_id": "1"}, "stageVariables": None,
+            "requestContext": {"resourcePath": resource, "httpMethod": method, "requestId": "probe", "stage": "api"},
+            "body": None, "isBase64Encoded": False,
+        }
+        answer = app.app(event, context)
+        return answer["statusCode"], json.loads(answer["body"])
+
+    status, entered = call("POST", "", {"X-User-Id": "5"})
+    assert status == 200, entered
+    status, polled = call("GET", "/me", {"X-User-Id": "5", "X-Queue-Ticket": entered["queueTicket"]})
+    assert status == 200, polled
+    print(entered["status"], polled["status"], polled["position"])
+""")
+
+
+@pytest.fixture
+def package(deployment):
+    return deployment / "deployment.zip"
 
 
 @pytest.mark.slow
@@ -32,20 +64,15 @@ def test_package_holds_every_lua_script(package):
 
 
 @pytest.mark.slow
-def test_unpacked_package_loads_and_runs_its_scripts(package, tmp_path, redis_url, prefix):
+def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, prefix, cluster_mode):
     zipfile.ZipFile(package).extractall(tmp_path)
-    probe = (
-        "import app, chalicelib.store as s, chalicelib.runtime as r;"
-        "assert s.LUA_DIR.parent == __import__('pathlib').Path.cwd().resolve(), s.LUA_DIR;"
-        "print(r.waiting_room().enter(__import__('chalicelib.targets').targets.Target('limited-drop', 1), 5).status)"
-    )
     env = {
         "PATH": os.environ["PATH"], "REDIS_URL": redis_url, "VQ_KEY_PREFIX": prefix,
+        "VQ_REDIS_CLUSTER": "true" if cluster_mode else "false",
         "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"], "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
         "POWERTOOLS_TRACE_DISABLED": "1", "PYTHONNOUSERSITE": "1",
     }
     # -I -S: no site-packages, so nothing from this checkout or the virtualenv's site-packages can stand in for the package.
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, '.'); {probe}"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "WAITING"
+    assert result.stdout.splitlines()[-1] == "WAITING WAITING 1"

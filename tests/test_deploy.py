@@ -1,0 +1,405 @@
+"""The deployable stack, offline: `make package` (infra/package.py) builds a template cfn-lint accepts, with the
+production settings the design relies on; and what the deployed functions read at start-up (the signing key and
+AUTH secrets, cluster mode) works, with Secrets Manager played by moto."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+import redis
+from aws_lambda_powertools.utilities import parameters
+from moto import mock_aws
+
+from chalicelib import gate, runtime
+from chalicelib.config import ConfigError, Keyring, load_settings
+from chalicelib.observability import count
+from chalicelib.pump import Pump
+from chalicelib.store import connect
+from chalicelib.target_config import parse_config
+from chalicelib.targets import Target
+from infra.package import deep_merge, merge_template
+
+ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS = ("APIHandler", "PurchaseAuthorizer", "AdmissionPump")
+ROLES = {"APIHandler": "ApiHandlerRole", "PurchaseAuthorizer": "PurchaseAuthorizerRole",
+         "AdmissionPump": "AdmissionPumpRole"}
+PURCHASE_PATHS = {gate.PURCHASE_PATHS["limited-drop"].format("{drop_id}"),
+                  gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}")}
+DROP = Target("limited-drop", 42)
+
+
+@pytest.fixture(scope="module")
+def template(deployment):
+    return json.loads((deployment / "sam.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def resources(template):
+    return template["Resources"]
+
+
+@pytest.fixture(scope="module")
+def openapi(resources):
+    return resources["RestAPI"]["Properties"]["DefinitionBody"]
+
+
+def of_type(resources, kind):
+    return {name: r for name, r in resources.items() if r["Type"] == kind}
+
+
+def env_of(resources, function):
+    return resources[function]["Properties"]["Environment"]["Variables"]
+
+
+# --- the template as a whole ---
+
+
+@pytest.mark.slow
+def test_template_passes_cfn_lint(deployment):
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run([str(cfn_lint), "--", str(deployment / "sam.json")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pieces_merge_mappings_and_refuse_to_overwrite_each_other():
+    merged = deep_merge({"R": {"P": {"Env": {"A": "1"}}}}, {"R": {"P": {"Env": {"B": "2"}, "List": [1]}}})
+    assert merged == {"R": {"P": {"Env": {"A": "1", "B": "2"}, "List": [1]}}}
+    assert deep_merge(merged, {"R": {"P": {"List": [1]}}}) == merged  # the same value twice is no conflict
+    with pytest.raises(ValueError, match="R.P.Env.A"):
+        deep_merge(merged, {"R": {"P": {"Env": {"A": "3"}}}})
+    with pytest.raises(ValueError, match="R.P.List"):
+        deep_merge(merged, {"R": {"P": {"List": [2]}}})
+
+
+def test_pieces_sharing_a_mapping_through_a_yaml_anchor_stay_apart():
+    shared = {"X": "1"}
+    merged = deep_merge({}, {"A": {"Env": shared}, "B": {"Env": shared}})
+    deep_merge(merged, {"A": {"Env": {"Y": "2"}}})
+    assert merged["B"]["Env"] == {"X": "1"}
+
+
+def test_merge_template_hosts_infra_flags_json_as_the_flag_default():
+    content = merge_template()["Resources"]["FlagDefault"]["Properties"]["Content"]
+    assert json.loads(content) == json.loads((ROOT / "infra" / "flags.json").read_text())
+
+
+@pytest.mark.slow
+def test_template_names_no_region_of_its_own(deployment):
+    assert "us-east-1" not in (deployment / "sam.json").read_text()  # the region Chalice was started with
+
+
+# --- API Gateway ---
+
+
+@pytest.mark.slow
+def test_purchase_routes_are_behind_the_request_authorizer(resources, openapi):
+    entry = openapi["securityDefinitions"]["purchase_authorizer"]["x-amazon-apigateway-authorizer"]
+    assert entry["type"] == "request"
+    assert entry["identitySource"] == "method.request.header.X-Entry-Token, method.request.header.X-User-Id"
+    assert entry["authorizerResultTtlInSeconds"] == 0
+    assert "${PurchaseAuthorizer.Arn}" in entry["authorizerUri"]["Fn::Sub"]
+    guarded = {path for path, methods in openapi["paths"].items()
+               for method in methods.values() if {"purchase_authorizer": []} in method.get("security", [])}
+    assert guarded == PURCHASE_PATHS
+    assert all(list(openapi["paths"][path]) == ["post"] for path in PURCHASE_PATHS)
+
+    permission = resources["PurchaseAuthorizerInvokePermission"]["Properties"]
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    assert permission["FunctionName"] == {"Ref": "PurchaseAuthorizer"}
+    assert permission["SourceArn"]["Fn::Sub"].endswith("${RestAPI}/authorizers/*")
+
+
+@pytest.mark.slow
+def test_no_placeholder_is_left_in_the_template(deployment):
+    assert "set-by-infra" not in (deployment / "sam.json").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["ACCESS_DENIED", "UNAUTHORIZED"])
+def test_a_denied_or_headerless_purchase_answers_403_queue_bypass_denied(openapi, kind):
+    response = openapi["x-amazon-apigateway-gateway-responses"][kind]
+    assert response["statusCode"] == 403
+    # API Gateway fills in $context.error.messageString as a quoted JSON string.
+    body = response["responseTemplates"]["application/json"].replace("$context.error.messageString", '"Unauthorized"')
+    assert json.loads(body) == {"code": "QUEUE_BYPASS_DENIED", "detail": "Unauthorized"}
+
+
+@pytest.mark.slow
+def test_operator_routes_need_iam_and_client_routes_nothing(openapi):
+    for path, methods in openapi["paths"].items():
+        for method, spec in methods.items():
+            if path.endswith(("/stats", "/config")):
+                assert spec.get("security") == [{"sigv4": []}], (path, method)
+            elif path not in PURCHASE_PATHS:
+                assert "security" not in spec, (path, method)
+    assert "/virtual-queues/{queue_type}/{target_id}/stats" in openapi["paths"]
+
+
+# --- network, cache, secrets, flag ---
+
+
+@pytest.mark.slow
+def test_every_function_runs_in_the_vpc(resources):
+    assert set(of_type(resources, "AWS::Serverless::Function")) == set(FUNCTIONS)
+    for function in FUNCTIONS:
+        properties = resources[function]["Properties"]
+        assert properties["VpcConfig"] == {"SubnetIds": {"Ref": "SubnetIds"},
+                                           "SecurityGroupIds": [{"Ref": "LambdaSecurityGroupId"}]}
+        assert properties["Role"] == {"Fn::GetAtt": [ROLES[function], "Arn"]}
+        managed = resources[ROLES[function]]["Properties"]["ManagedPolicyArns"]
+        assert [arn["Fn::Sub"].rsplit("/", 1)[1] for arn in managed] == ["AWSLambdaVPCAccessExecutionRole"]
+
+
+@pytest.mark.slow
+def test_cache_is_valkey_cluster_mode_encrypted_multi_az_and_never_evicts(template, resources):
+    group = resources["ReplicationGroup"]["Properties"]
+    assert group["Engine"] == "valkey" and group["ClusterMode"] == "enabled"
+    assert group["TransitEncryptionEnabled"] is True and group["AtRestEncryptionEnabled"] is True
+    assert group["MultiAZEnabled"] is True and group["AutomaticFailoverEnabled"] is True
+    assert group["NumNodeGroups"] == {"Ref": "CacheShards"}
+    assert group["ReplicasPerNodeGroup"] == {"Ref": "CacheReplicasPerShard"}
+    assert template["Parameters"]["CacheReplicasPerShard"]["MinValue"] >= 1
+    assert group["AuthToken"] == {"Fn::Sub": "{{resolve:secretsmanager:${RedisAuthToken}}}"}
+    assert group["CacheParameterGroupName"] == {"Ref": "CacheParameterGroup"}
+    assert group["CacheSubnetGroupName"] == {"Ref": "CacheSubnetGroup"}
+
+    parameters_ = resources["CacheParameterGroup"]["Properties"]
+    assert parameters_["Properties"] == {"cluster-enabled": "yes", "maxmemory-policy": "noeviction"}
+    assert parameters_["CacheParameterGroupFamily"].startswith("valkey")
+    assert resources["CacheSubnetGroup"]["Properties"]["SubnetIds"] == {"Ref": "SubnetIds"}
+    assert group["SecurityGroupIds"] == [{"Fn::GetAtt": ["CacheSecurityGroup", "GroupId"]}]
+    ingress = resources["CacheSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert [(rule["FromPort"], rule["ToPort"], rule["SourceSecurityGroupId"]) for rule in ingress] == [
+        (6379, 6379, {"Ref": "LambdaSecurityGroupId"})]
+
+
+@pytest.mark.slow
+def test_functions_find_redis_and_secrets_but_never_hold_one(resources):
+    for function in ("APIHandler", "AdmissionPump"):
+        env = env_of(resources, function)
+        assert env["REDIS_URL"]["Fn::Sub"].startswith("rediss://${ReplicationGroup.ConfigurationEndPoint.Address}")
+        assert "@" not in env["REDIS_URL"]["Fn::Sub"]  # no password in the URL: it comes from the secret
+        assert env["VQ_REDIS_CLUSTER"] == "true"
+        assert env["VQ_REDIS_AUTH_SECRET_ID"] == {"Ref": "RedisAuthToken"}
+    assert "REDIS_URL" not in env_of(resources, "PurchaseAuthorizer")  # the authorizer needs no Redis
+    for function in FUNCTIONS:
+        assert env_of(resources, function)["VQ_TOKEN_KEYS_SECRET_ID"] == {"Ref": "SigningKeys"}
+        assert "VQ_TOKEN_KEYS" not in env_of(resources, function)
+    assert env_of(resources, "APIHandler")["VQ_FAIL_MODE"] == {"Ref": "FailMode"}
+    assert env_of(resources, "APIHandler")["VQ_ORIGIN_LIMITED_DROP_URL"] == {"Ref": "OriginLimitedDropUrl"}
+    assert env_of(resources, "APIHandler")["VQ_ORIGIN_TICKETING_URL"] == {"Ref": "OriginTicketingUrl"}
+
+
+@pytest.mark.slow
+def test_each_function_may_read_only_what_it_needs(resources):
+    readable = {role: set() for role in ROLES.values()}
+    for policy in of_type(resources, "AWS::IAM::Policy").values():
+        properties = policy["Properties"]
+        for statement in properties["PolicyDocument"]["Statement"]:
+            assert statement["Effect"] == "Allow" and "*" not in json.dumps(statement["Action"])
+            resource = statement["Resource"]
+            name = resource["Ref"] if "Ref" in resource else "flag"
+            if name == "flag":
+                assert "configuration/${FlagProfile}" in resource["Fn::Sub"]
+            for role in properties["Roles"]:
+                readable[role["Ref"]].add(name)
+    assert readable == {
+        "ApiHandlerRole": {"RedisAuthToken", "SigningKeys", "flag"},
+        "PurchaseAuthorizerRole": {"SigningKeys", "flag"},
+        # The pump signs nothing, but every function's settings include the keyring.
+        "AdmissionPumpRole": {"RedisAuthToken", "SigningKeys"},
+    }
+    for role in ROLES.values():  # beyond these, the roles Chalice made allow writing logs only
+        for policy in resources[role]["Properties"]["Policies"]:
+            actions = {a for s in policy["PolicyDocument"]["Statement"] for a in s["Action"]}
+            assert actions <= {"logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+@pytest.mark.slow
+def test_signing_keys_are_generated_in_the_flat_shape_the_keyring_reads(resources):
+    generated = resources["SigningKeys"]["Properties"]["GenerateSecretString"]
+    template = json.loads(generated["SecretStringTemplate"])
+    assert template == {"activeKid": "k1"} and generated["GenerateStringKey"] == "k1"
+    secret = json.dumps({**template, generated["GenerateStringKey"]: "g" * generated["PasswordLength"]})
+    assert Keyring.from_secret(secret).active_kid == "k1"
+
+
+@pytest.mark.slow
+def test_flag_is_hosted_in_appconfig_deployed_at_once_and_read_by_api_and_authorizer(resources):
+    assert resources["FlagProfile"]["Properties"]["Type"] == "AWS.Freeform"
+    strategy = resources["FlagImmediate"]["Properties"]
+    assert (strategy["DeploymentDurationInMinutes"], strategy["FinalBakeTimeInMinutes"], strategy["GrowthFactor"]) == (
+        0, 0, 100)
+    deployment = resources["FlagDeployment"]["Properties"]
+    assert deployment["ConfigurationVersion"] == {"Ref": "FlagDefault"}
+    assert deployment["DeploymentStrategyId"] == {"Ref": "FlagImmediate"}
+    for function in ("APIHandler", "PurchaseAuthorizer"):
+        env = env_of(resources, function)
+        assert (env["VQ_APPCONFIG_APPLICATION"], env["VQ_APPCONFIG_ENVIRONMENT"], env["VQ_APPCONFIG_PROFILE"]) == (
+            {"Ref": "FlagApplication"}, {"Ref": "FlagEnvironment"}, {"Ref": "FlagProfile"})
+    assert "VQ_APPCONFIG_APPLICATION" not in env_of(resources, "AdmissionPump")
+
+
+# --- the pump ---
+
+
+@pytest.mark.slow
+def test_pump_runs_alone_every_minute_and_is_never_retried(resources):
+    assert resources["AdmissionPump"]["Properties"]["ReservedConcurrentExecutions"] == 1
+    invoke = resources["AdmissionPumpInvokeConfig"]["Properties"]
+    assert invoke["FunctionName"] == {"Ref": "AdmissionPump"}
+    assert invoke["MaximumRetryAttempts"] == 0 and invoke["MaximumEventAgeInSeconds"] <= 60
+    rule = resources["AdmissionPumpSchedule"]["Properties"]
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": ["AdmissionPump", "Arn"]}
+    assert of_type(resources, "AWS::Lambda::EventInvokeConfig").keys() == {"AdmissionPumpInvokeConfig"}
+
+
+# --- alarms and dashboard ---
+
+
+def emitted_names():
+    """Every metric name the code emits, read from its source."""
+    source = "\n".join(path.read_text() for path in [ROOT / "app.py", *(ROOT / "chalicelib").glob("*.py")])
+    return set(re.findall(r'count\(\s*"(\w+)"', source)) | set(re.findall(r'add_metric\(\s*name="(\w+)"', source))
+
+
+def alarm_metrics(alarm):
+    properties = alarm["Properties"]
+    stats = [query["MetricStat"]["Metric"] for query in properties.get("Metrics", []) if "MetricStat" in query]
+    return stats or [properties]
+
+
+@pytest.mark.slow
+def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
+    alarms = of_type(resources, "AWS::CloudWatch::Alarm")
+    watched = {name: {m["MetricName"] for m in alarm_metrics(alarm) if m["Namespace"] == "VirtualQueue"}
+               for name, alarm in alarms.items()}
+    assert watched == {
+        "QueueNearCapacityAlarm": {"QueueFullPercent"},
+        "AdmissionBelowTargetAlarm": {"Admitted", "TargetRatePerSec"},
+        "BypassDeniedAlarm": {"BypassDenied"},
+        "RedisDegradedAlarm": {"RedisDegraded"},
+        "PumpErrorsAlarm": {"PumpErrors"},
+    }
+    assert set().union(*watched.values()) <= emitted_names()
+    for alarm in alarms.values():
+        for metric in alarm_metrics(alarm):
+            if metric["Namespace"] == "VirtualQueue":
+                assert metric["Dimensions"] == [{"Name": "service", "Value": "virtual-queue"}]
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+
+    near_full = alarms["QueueNearCapacityAlarm"]["Properties"]
+    assert (near_full["Threshold"], near_full["ComparisonOperator"]) == (90, "GreaterThanThreshold")
+    slow = alarms["AdmissionBelowTargetAlarm"]["Properties"]
+    assert (slow["Threshold"], slow["ComparisonOperator"], slow["EvaluationPeriods"], slow["DatapointsToAlarm"]) == (
+        0.5, "LessThanThreshold", 3, 3)
+    assert slow["TreatMissingData"] == "breaching"  # no data at all: the pump is not ticking
+    assert alarms["BypassDeniedAlarm"]["Properties"]["Threshold"] == {"Ref": "BypassDeniedPerMinuteAlarm"}
+    assert alarms["RedisDegradedAlarm"]["Properties"]["Threshold"] == 1
+
+
+@pytest.mark.slow
+def test_dashboard_is_valid_json_showing_what_operators_watch(resources):
+    body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    filled = re.sub(r"\$\{BypassDeniedPerMinuteAlarm\}", "50", body)
+    dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", filled))
+    titles = " | ".join(w["properties"]["title"] for w in dashboard["widgets"])
+    for topic in ("Queue length", "Admitted per minute", "p95", "Entry tokens", "Bypass denials", "Redis degraded",
+                  "Lambda errors and throttles", "Lambda duration", "API 4xx and 5xx", "API latency"):
+        assert topic in titles
+    shown = set(re.findall(r'"VirtualQueue", "(\w+)"', body)) | set(re.findall(r'MetricName=\\"(\w+)\\"', body))
+    assert shown <= emitted_names()
+    assert {"TokensIssued", "TokensConsumed", "TokensRestored", "WaitSeconds", "QueueLength"} <= shown
+
+
+def test_a_targeted_count_is_filed_per_target_and_for_the_service(capsys):
+    count("TokensIssued", DROP)
+    count("PumpErrors")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["_aws"]["CloudWatchMetrics"][0]["Dimensions"] for line in lines] == [
+        [["target", "service"], ["service"]], [["service"]]]
+    assert (lines[0]["target"], lines[0]["service"], lines[0]["TokensIssued"]) == ("limited-drop:42", "virtual-queue", 1)
+
+
+def test_pump_files_gauges_for_the_service_and_reports_the_rate_it_owes(env, store, capsys):
+    env(VQ_TICK_MS=100, VQ_BATCH_SIZE=3, VQ_MAX_WAITING=20)
+    room = runtime.waiting_room()
+    fast, drained, capped = Target("limited-drop", 43), Target("limited-drop", 44), Target("limited-drop", 45)
+    room.configure(fast, parse_config(b'{"batch": 5}'))
+    room.configure(capped, parse_config(b'{"maxActive": 1}'))
+    for target, users in ((DROP, 10), (fast, 10), (drained, 2), (capped, 10)):
+        for user in range(1, users + 1):
+            room.enter(target, user)
+    capsys.readouterr()
+
+    Pump(store, runtime.settings()).tick()
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    gauges = next(line for line in lines if line.get("target") == str(DROP))
+    assert gauges["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["target", "service"], ["service"]]
+    assert gauges["QueueFullPercent"] == [35.0]  # 7 of 20 still waiting
+    # Owed per second: 3 per 100 ms for DROP and 5 for `fast`; nothing for the drained line or the capped one.
+    assert [line["TargetRatePerSec"] for line in lines if "TargetRatePerSec" in line] == [80.0]
+
+
+# --- what the deployed functions read at start-up ---
+
+
+@mock_aws
+def test_flat_signing_key_secret_signs_with_the_active_key_and_verifies_with_all():
+    parameters.clear_caches()
+    client = boto3.client("secretsmanager", region_name="us-east-1")
+    client.create_secret(Name="vq/flat", SecretString=json.dumps({"activeKid": "k2", "k1": "s" * 40, "k2": "t" * 40}))
+    keyring = load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"}).keyring
+    assert keyring.active_kid == "k2" and keyring.secrets == {"k1": b"s" * 40, "k2": b"t" * 40}
+
+    client.put_secret_value(SecretId="vq/flat", SecretString=json.dumps({"activeKid": "k3", "k1": "s" * 40}))
+    parameters.clear_caches()
+    with pytest.raises(ConfigError, match="k3"):
+        load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"})
+    parameters.clear_caches()
+
+
+@mock_aws
+def test_redis_auth_token_comes_from_secrets_manager(env, own_redis, monkeypatch):
+    token = "generated/Token+with@odd=characters"
+    client = boto3.client("secretsmanager", region_name="us-east-1")
+    client.create_secret(Name="vq/redis-auth", SecretString=token)
+    connect(own_redis.url).config_set("requirepass", token)
+    parameters.clear_caches()
+
+    env(REDIS_URL=own_redis.url, VQ_REDIS_CLUSTER="false")
+    with pytest.raises(redis.AuthenticationError):
+        runtime.waiting_room().store.client.ping()  # without the token the server refuses
+
+    env(VQ_REDIS_AUTH_SECRET_ID="vq/redis-auth")
+    assert runtime.waiting_room().enter(DROP, 1).status == "WAITING"
+    assert token not in repr(runtime.store().client)
+
+    env(VQ_REDIS_AUTH_SECRET_ID="vq/absent")
+    parameters.clear_caches()
+    with pytest.raises(ConfigError, match="vq/absent") as raised:
+        runtime.store()
+    assert token not in str(raised.value)
+    parameters.clear_caches()
+
+
+def test_cluster_setting_is_true_or_false():
+    assert load_settings({"VQ_TOKEN_KEYS": json.dumps({"k": "s" * 40})}).redis_cluster is False
+    with pytest.raises(ConfigError, match="VQ_REDIS_CLUSTER"):
+        load_settings({"VQ_TOKEN_KEYS": json.dumps({"k": "s" * 40}), "VQ_REDIS_CLUSTER": "yes"})
+
+
+@pytest.mark.cluster
+def test_cluster_setting_makes_the_runtime_speak_cluster(env, valkey_cluster):
+    targets = [Target("limited-drop", n) for n in range(1, 13)]  # spread over the three nodes' slots
+    env(REDIS_URL=valkey_cluster.url, VQ_REDIS_CLUSTER="true")
+    assert {runtime.waiting_room().enter(target, 1).status for target in targets} == {"WAITING"}
+    # A plain client reaches one node only: the others' targets fail (open) with a MOVED answer.
+    env(VQ_REDIS_CLUSTER="false")
+    assert "DIRECT_ADMITTED" in {runtime.waiting_room().enter(target, 2).status for target in targets}

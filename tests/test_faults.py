@@ -1,0 +1,346 @@
+"""Redis faults under load: a real Valkey process of the test's own is killed, paused or restarted empty while
+threads of virtual users enter, poll, leave and buy, and an admission pump ticks.
+
+Under each fault: no 5xx (leave may answer the explained 503 QUEUE_UNAVAILABLE), every answer within the
+timeout budget, the breaker spares most calls the timeout, service resumes by itself, and the answers stay
+consistent: a token id belongs to one admission of one user, a user holds one place per lifetime of the data,
+and nobody is admitted while someone behind them in line was admitted before.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pytest
+
+from chalicelib import runtime
+from chalicelib.errors import QueueError
+from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump
+from chalicelib.purchase import PurchaseRequest
+from chalicelib.store import QueueStore, connect
+from chalicelib.targets import Target
+from tests.redis_servers import OwnRedis
+from tests.test_purchase import Origin
+
+pytestmark = pytest.mark.faults
+
+CONNECT_S, COMMAND_S = 0.2, 0.5  # the timeouts of store.connect
+SLACK_S = 0.5  # scheduling on a 2-core machine shared by the load threads, the pump and the servers
+CALL_BUDGET_S = CONNECT_S + COMMAND_S + SLACK_S
+BREAKER_FAILURES, BREAKER_COOLDOWN_MS = 3, 300
+THREADS = 6
+TARGETS = (Target("limited-drop", 42), Target("ticketing-event", 7))
+# Answers that prove Redis took part (a fail-open answer is DIRECT_ADMITTED).
+FROM_REDIS = {"WAITING", "ADMITTED", "NOT_IN_QUEUE", "QUEUE_FULL"}
+
+
+@dataclass
+class Call:
+    """One call a virtual user made, and what it answered."""
+
+    op: str
+    target: Target
+    user: int
+    started: float
+    took: float = 0.0
+    status: int = 200
+    answer: str | None = None  # the entry's status, or the error code
+    seq: int | None = None  # the seq of the ticket the user held
+    token_id: str | None = None
+    error: str | None = None  # an exception that is not a QueueError: a 500
+
+
+@dataclass
+class VirtualUser:
+    target: Target
+    user: int
+    state: str = "new"  # new -> waiting -> holding -> done
+    ticket: str | None = None
+    seq: int | None = None
+    token: object = None
+
+
+@dataclass
+class Run:
+    """What a load run saw: every call, the fault's timeline, the pump's totals."""
+
+    calls: list[Call] = field(default_factory=list)
+    fault_at: float = 0.0
+    healing_at: float = 0.0  # heal() began: a restarted server may answer from here on
+    healed_at: float = 0.0
+    resumed_at: float | None = None
+    pump_admitted_after_heal: int = 0
+    pump_errors: int = 0
+    failures: list[BaseException] = field(default_factory=list)
+
+
+class Load:
+    """THREADS workers, each with a crowd of virtual users of its own, and one admission pump, until stopped."""
+
+    def __init__(self, room, gate, pump: Pump, users_per_thread: int = 50) -> None:
+        self.room, self.gate, self.pump = room, gate, pump
+        self.users_per_thread = users_per_thread
+        self.stop = threading.Event()
+        self.run = Run()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._worker, args=(i,)) for i in range(THREADS)]
+        self._threads.append(threading.Thread(target=self._pump))
+
+    def __enter__(self) -> "Load":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        assert not any(thread.is_alive() for thread in self._threads), "a load thread hung"
+
+    def _worker(self, index: int) -> None:
+        rng = random.Random(index)
+        ids = iter(range(index * 1_000_000 + 1, (index + 1) * 1_000_000))
+        # A steady crowd: whoever is done (bought or left) makes room for a newcomer.
+        users = [VirtualUser(TARGETS[n % len(TARGETS)], next(ids)) for n in range(self.users_per_thread)]
+        try:
+            while not self.stop.is_set():
+                slot = rng.randrange(len(users))
+                call = self._step(users[slot], rng)
+                if users[slot].state == "done":
+                    users[slot] = VirtualUser(users[slot].target, next(ids))
+                with self._lock:
+                    self.run.calls.append(call)
+                time.sleep(0.002)
+        except BaseException as err:  # noqa: BLE001 (the test must see it)
+            self.run.failures.append(err)
+
+    def _pump(self) -> None:
+        try:
+            result = self.pump.run(remaining_ms=lambda: 0 if self.stop.is_set() else 3_600_000.0)
+            self.run.pump_errors = result.errors
+        except BaseException as err:  # noqa: BLE001
+            self.run.failures.append(err)
+
+    def _step(self, u: VirtualUser, rng: random.Random) -> Call:
+        if u.state == "new":
+            op = "enter"
+        elif u.state == "waiting":
+            op = "leave" if rng.random() < 0.03 else "status"
+        else:
+            op = "buy"
+        call = Call(op, u.target, u.user, time.monotonic(), seq=u.seq)
+        try:
+            if op == "enter":
+                self._took_place(u, call, self.room.enter(u.target, u.user))
+            elif op == "status":
+                self._took_place(u, call, self.room.status(u.target, u.user, u.ticket))
+            elif op == "leave":
+                self.room.leave(u.target, u.user, u.ticket)
+                call.status, u.state = 204, "done"
+            else:
+                call.token_id = u.token.token_id
+                answer = self.gate.purchase(PurchaseRequest(
+                    target_type=u.target.type, target_id=str(u.target.id), entry_token=u.token.text,
+                    user_id=str(u.user), authorizer=None, body=b'{"sku":"x"}', content_type="application/json",
+                ))
+                call.status = answer.status
+                if answer.status < 500:
+                    u.state = "done"
+        except QueueError as err:
+            call.status, call.answer = err.status, err.code
+            if err.code == "NOT_IN_QUEUE":  # the data was lost, or the user was evicted: enter again
+                u.state, u.ticket, u.seq = "new", None, None
+            if err.status in (429, 503) and "Retry-After" not in err.headers:
+                call.error = f"{err.code} without Retry-After"
+        except Exception as err:  # noqa: BLE001 (anything else would be a 500)
+            call.status, call.error = 500, repr(err)
+        call.took = time.monotonic() - call.started
+        return call
+
+    @staticmethod
+    def _took_place(u: VirtualUser, call: Call, entry) -> None:
+        call.answer = entry.status
+        if entry.queue_ticket:
+            u.ticket, u.seq = entry.queue_ticket, entry.queue_ticket and _ticket_seq(entry.queue_ticket)
+            call.seq = u.seq
+        if entry.status == "WAITING":
+            u.state = "waiting" if u.ticket else "new"
+        elif entry.status in ("ADMITTED", "DIRECT_ADMITTED"):
+            u.state, u.token = "holding", entry.entry_token
+            call.token_id = entry.entry_token.token_id
+
+
+def _ticket_seq(text: str) -> int:
+    return runtime.signer().read_ticket(text).seq
+
+
+class RecordingStore(QueueStore):
+    """The pump's store, noting what each tick admitted and when."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.admissions: list[tuple[float, int]] = []
+
+    def admit_and_evict_all(self, targets, rules):
+        results = super().admit_and_evict_all(targets, rules)
+        now = time.monotonic()
+        self.admissions += [(now, r.admitted) for r in results.values() if not isinstance(r, Exception)]
+        return results
+
+
+@pytest.fixture
+def origin(env):
+    server = Origin()
+    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def durable_redis(tmp_path):
+    """A Valkey server that writes every change to its append-only file, so a restart keeps the data."""
+    server = OwnRedis(data_dir=tmp_path / "valkey")
+    yield server
+    server.close()
+
+
+def run_load(env, redis: OwnRedis, fault, heal, fault_s: float = 1.5) -> Run:
+    """Load for a while, `fault()`, load through the fault, `heal()`, and load until Redis answers again."""
+    env(
+        REDIS_URL=redis.url, VQ_BREAKER_FAILURES=BREAKER_FAILURES, VQ_BREAKER_COOLDOWN_MS=BREAKER_COOLDOWN_MS,
+        VQ_TICK_MS=100, VQ_BATCH_SIZE=4, VQ_CATCHUP_TICKS=2, VQ_PUMP_LEASE_TICKS=2,
+    )
+    settings = runtime.settings()
+    pump_store = RecordingStore(connect(redis.url), settings.key_prefix)
+    load = Load(runtime.waiting_room(), runtime.purchase_gate(), Pump(pump_store, settings))
+    run = load.run
+    with load:
+        time.sleep(0.8)
+        run.fault_at = time.monotonic()
+        fault()
+        time.sleep(fault_s)
+        run.healing_at = time.monotonic()
+        heal()
+        run.healed_at = time.monotonic()
+        deadline = run.healed_at + BREAKER_COOLDOWN_MS / 1000 + 5
+        while run.resumed_at is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            with load._lock:
+                run.resumed_at = next(
+                    (c.started for c in run.calls if c.started > run.healed_at and c.answer in FROM_REDIS), None
+                )
+        time.sleep(1.0)
+    run.pump_admitted_after_heal = sum(n for at, n in pump_store.admissions if at > run.healed_at)
+    return run
+
+
+def between(calls, start, end):
+    return [c for c in calls if start <= c.started < end]
+
+
+def assert_served_through_the_fault(run: Run) -> None:
+    """No 5xx, no exception; fail-open answers during the fault; every call within the timeout budget."""
+    assert not run.failures, run.failures
+    assert not [c for c in run.calls if c.error], [c for c in run.calls if c.error][:5]
+    fives = [c for c in run.calls if c.status >= 500 and not (c.op == "leave" and c.answer == "QUEUE_UNAVAILABLE")]
+    assert not fives, fives[:5]
+    slow = [c for c in run.calls if c.took > CALL_BUDGET_S]
+    assert not slow, f"{len(slow)} calls over the {CALL_BUDGET_S} s budget, e.g. {slow[:3]}"
+    during = between(run.calls, run.fault_at + COMMAND_S + 0.1, run.healing_at)
+    answered = [c for c in during if c.op in ("enter", "status")]
+    odd = [(round(c.started - run.fault_at, 3), round(c.took, 3), c.op, c.answer) for c in answered if c.answer != "DIRECT_ADMITTED"]
+    assert answered and not odd, (odd[:5], run.healing_at - run.fault_at)
+    bought = [c for c in during if c.op == "buy"]
+    assert bought and all(c.status == 201 for c in bought), "purchases go through on the token's signature"
+
+
+def assert_resumed(run: Run) -> None:
+    assert run.resumed_at is not None, "Redis answered no call after it came back"
+    assert run.resumed_at - run.healed_at < BREAKER_COOLDOWN_MS / 1000 + 2.0
+    assert run.pump_errors >= 1, "the pump saw the outage"
+    assert run.pump_admitted_after_heal > 0, "the pump admits again by itself"
+    after = between(run.calls, run.resumed_at, float("inf"))
+    assert any(c.answer == "ADMITTED" for c in after), "users collect tokens again"
+
+
+def assert_consistent(run: Run, epochs: list[tuple[float, float]]) -> None:
+    """Within each lifetime of the data (`epochs`): one ticket, one seq and one admission per user; FIFO.
+    Over the whole run: every token id belongs to one user, and bought at most once."""
+    owners: dict[str, set] = defaultdict(set)
+    for c in run.calls:
+        if c.token_id:
+            owners[c.token_id].add((c.target, c.user))
+    assert all(len(users) == 1 for users in owners.values()), "a token id was handed to two users"
+    bought: dict[str, int] = defaultdict(int)
+    for c in run.calls:
+        if c.op == "buy" and c.status == 201:
+            bought[c.token_id] += 1
+    assert max(bought.values()) == 1, "a token bought twice"
+
+    for start, end in epochs:
+        calls = between(run.calls, start, end)
+        tickets: dict[tuple, set] = defaultdict(set)
+        admissions: dict[tuple, set] = defaultdict(set)
+        seq_owner: dict[tuple, set] = defaultdict(set)
+        for c in calls:
+            key = (c.target, c.user)
+            if c.op == "enter" and c.seq is not None and c.answer == "WAITING":
+                tickets[key].add(c.seq)
+                seq_owner[c.target, c.seq].add(c.user)
+            if c.answer == "ADMITTED":
+                admissions[key].add((c.seq, c.token_id))
+        assert all(len(seqs) == 1 for seqs in tickets.values()), "a user got two places in one line"
+        assert all(len(users) == 1 for users in seq_owner.values()), "two users got the same seq"
+        assert all(len(a) == 1 for a in admissions.values()), "a user was admitted twice, at two places or tokens"
+        # FIFO: once a user was admitted, nobody ahead of them (smaller seq) is told to wait any longer.
+        for target in TARGETS:
+            admitted = sorted(
+                (c.started + c.took, c.seq) for c in calls
+                if c.target == target and c.answer == "ADMITTED" and c.op == "status"
+            )
+            for c in calls:
+                if c.target == target and c.op == "status" and c.answer == "WAITING":
+                    passed = [seq for done, seq in admitted if done < c.started and seq > c.seq]
+                    assert not passed, f"user {c.user} (seq {c.seq}) waits behind admitted seqs {passed[:3]}"
+
+
+def test_redis_killed_mid_load_and_restarted_with_its_data(env, origin, durable_redis):
+    run = run_load(env, durable_redis, durable_redis.kill, durable_redis.restart)
+
+    assert_served_through_the_fault(run)
+    assert_resumed(run)
+    assert_consistent(run, [(0.0, float("inf"))])  # nothing was lost: one lifetime
+    # Users in line before the crash keep their places: their polls afterwards still find them.
+    waiting_before = {(c.target, c.user) for c in between(run.calls, 0, run.fault_at) if c.answer == "WAITING"}
+    lost = [c for c in between(run.calls, run.resumed_at, float("inf"))
+            if c.answer == "NOT_IN_QUEUE" and (c.target, c.user) in waiting_before]
+    assert not lost, lost[:3]
+
+
+def test_redis_paused_past_the_timeout_fails_open_within_the_budget_and_resumes(env, origin, own_redis):
+    run = run_load(env, own_redis, own_redis.pause, own_redis.resume)
+
+    assert_served_through_the_fault(run)
+    assert_resumed(run)
+    assert_consistent(run, [(0.0, float("inf"))])
+    # The breaker: after a few calls pay the command timeout, the rest skip Redis until the cool-down ends.
+    during = between(run.calls, run.fault_at, run.healing_at)
+    paid = [c for c in during if c.took >= COMMAND_S * 0.8]
+    spared = [c for c in during if c.took < 0.1]
+    assert paid, "the pause was long enough to time out"
+    assert len(spared) > 5 * len(paid), (len(spared), len(paid))
+
+
+def test_redis_restarted_empty_loses_places_but_never_issues_a_token_or_a_place_twice(env, origin, own_redis):
+    run = run_load(env, own_redis, own_redis.kill, own_redis.restart)
+
+    assert_served_through_the_fault(run)
+    assert_resumed(run)
+    assert_consistent(run, [(0.0, run.fault_at), (run.healing_at, float("inf"))])
+    # Users who were in line find out at their next poll and enter again: at the back of the new line.
+    again = [c for c in between(run.calls, run.healed_at, float("inf")) if c.answer == "NOT_IN_QUEUE"]
+    assert again, "polls after the restart found their places gone"
