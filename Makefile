@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test package clean
+.PHONY: run simulate test package clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +14,18 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 run: $(VENV)/.installed
 	$(BIN)/python infra/local_stack.py
 
+## A flash sale on the local stack: 5,000 users in a burst; report and plot in build/simulation/ (SIMULATE_ARGS="--help").
+simulate: $(VENV)/.installed
+	$(BIN)/python infra/simulate.py $(SIMULATE_ARGS)
+
 ## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey).
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Measure the performance targets on an embedded Valkey: one table, also build/bench.json (a few minutes; needs redis-benchmark).
+.PHONY: bench
+bench: $(VENV)/.installed
+	$(BIN)/python tests/perf/bench.py
 
 ## Build the deployment offline into build/: sam.json (CloudFormation/SAM) and deployment.zip (README: Deploy).
 STAGE ?= prod

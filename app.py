@@ -28,7 +28,8 @@ if not os.environ.get("AWS_CHALICE_CLI_MODE"):
 app.register_middleware(ConvertToMiddleware(logger.inject_lambda_context(
     correlation_id_path=correlation_paths.API_GATEWAY_REST, log_event=False, clear_state=True,
 )), "http")
-app.register_middleware(ConvertToMiddleware(tracer.capture_lambda_handler), "http")
+if tracer is not None:
+    app.register_middleware(ConvertToMiddleware(tracer.capture_lambda_handler), "http")
 
 QUEUE = "/virtual-queues/{queue_type}/{target_id}"
 ENTRIES = QUEUE + "/entries"

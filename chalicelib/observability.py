@@ -4,6 +4,7 @@ Logs are JSON; metrics are CloudWatch EMF in namespace `VirtualQueue`. Never log
 """
 
 import json
+import os
 import time
 import warnings
 
@@ -17,7 +18,11 @@ logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 # The authorizer emits a metric only when it denies: an Allow flushing nothing is normal, not worth a warning.
 warnings.filterwarnings("ignore", message="No application metrics to publish")
-tracer = Tracer(service=SERVICE)
+# Building a Tracer imports the X-Ray SDK, which creates boto3 clients (a third of a cold start), and each
+# request then passes through a segment even when tracing is off: with tracing switched off by Powertools'
+# own POWERTOOLS_TRACE_DISABLED there is no Tracer at all.
+_TRACE_DISABLED = os.environ.get("POWERTOOLS_TRACE_DISABLED", "").lower() in ("1", "y", "yes", "t", "true", "on")
+tracer = None if _TRACE_DISABLED else Tracer(service=SERVICE)
 
 
 # With a target, a metric is filed both per target and for the whole service, so alarms can watch

@@ -23,7 +23,7 @@ def _relative(page_path: str, path: str) -> str:
 
 
 def render(target: Target, page_path: str, entries_path: str, purchase_path: str) -> str:
-    """The page for `target` served at `page_path`, calling the queue at `entries_path` and buying at `purchase_path`."""
+    """The page for `target` served at `page_path`: it queues at `entries_path` and buys at `purchase_path`."""
     config = {
         "queueType": target.type,
         "targetId": str(target.id),

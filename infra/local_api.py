@@ -40,7 +40,7 @@ class _Handler(ChaliceRequestHandler):
 
 def main(argv: list[str] | None = None) -> None:
     """Serve the app until the process is stopped."""
-    parser = argparse.ArgumentParser(description="Serve the Chalice app locally, the environment winning over config.json.")
+    parser = argparse.ArgumentParser(description="Serve the app locally; the environment wins over config.json.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--stage", default="dev")

@@ -100,7 +100,7 @@ class LocalStack:
         except ConfigError as err:
             raise SystemExit(f"configuration: {err}") from None
         if self.pump_class is not None:
-            store = QueueStore(connect(env["REDIS_URL"]), self.settings.key_prefix)
+            store = QueueStore(connect(env["REDIS_URL"], cluster=self.settings.redis_cluster), self.settings.key_prefix)
             self.pump = self.pump_class(store, self.settings, sleep=self._pump_sleep)
             self._pump_thread = threading.Thread(target=self._pump_loop, name="admission-pump", daemon=True)
             self._pump_thread.start()

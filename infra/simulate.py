@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +53,11 @@ from infra.local_stack import LocalStack  # noqa: E402
 TARGET = Target("limited-drop", 1)
 ENTRIES = f"/virtual-queues/{TARGET.type}/{TARGET.id}/entries"
 PURCHASE = purchase_path(TARGET)
+KINDS = ("enter", "status", "leave", "purchase")  # of API call
 
 
 def parse_options(argv: list[str] | None) -> argparse.Namespace:
+    """The command line's knobs (`--help`)."""
     parser = argparse.ArgumentParser(description="Simulate a flash-sale crowd against the local stack.")
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--arrival-s", type=float, default=2.0, help="the burst: arrivals spread over this long")
@@ -119,8 +121,9 @@ class Api:
         # A purchase goes out at once, on threads of its own: in a browser the Buy click does not queue
         # behind other users' polls, and here it would, then reach the shop in clumps.
         self.purchase_pool = ThreadPoolExecutor(16, thread_name_prefix="purchase")
-        self.latencies: dict[str, list[float]] = defaultdict(list)
-        self.backlog: dict[str, list[float]] = defaultdict(list)
+        # One list per kind made up front: the pool's threads only append (atomic), never insert a key.
+        self.latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        self.backlog: dict[str, list[float]] = {kind: [] for kind in KINDS}
         self.failures: Counter[str] = Counter()
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -182,6 +185,7 @@ class User:
 
 
 def plan_users(options: argparse.Namespace, rng: random.Random) -> list[User]:
+    """Who arrives when, who gives up after how long (within the time the line takes to drain), who double-clicks."""
     drain_s = options.users * options.tick_ms / 1000 / options.batch
     return [
         User(
@@ -240,6 +244,7 @@ async def enter(user: User, api: Api, rng: random.Random) -> dict | None:
 
 
 async def buy(user: User, token: str, api: Api) -> None:
+    """Send the purchase with the entry token (twice at once for a double-clicker); note what came back."""
     headers = {**user_headers(user), "X-Entry-Token": token, "Content-Type": "application/json"}
     clicks = 2 if user.double_clicks else 1
     answers = await asyncio.gather(*(
@@ -254,7 +259,7 @@ def user_headers(user: User) -> dict:
 
 
 async def run_crowd(users: list[User], api: Api, pump: RecordingPump, options: argparse.Namespace) -> float:
-    """Every user's journey, with a progress bar; returns when the last one ended. The start time."""
+    """Run every user's journey, with a progress bar, until the last one ends; returns the start time."""
     started = time.time()
     rng = random.Random(options.seed)
     with tqdm(total=len(users), unit="user", desc="journeys done", disable=not options.progress) as bar:
@@ -346,7 +351,8 @@ def analyse(options, users, api, pump, shop, settings, started, finished) -> dic
         "parameters": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(options).items()},
                        "target": str(TARGET), "batch": batch, "tick_ms": tick_ms},
         "duration_s": round(duration, 2),
-        "users": {"total": len(users), "kept_polling": len(keepers), "admitted": sum(u.admitted_at is not None for u in users),
+        "users": {"total": len(users), "kept_polling": len(keepers),
+                  "admitted": sum(u.admitted_at is not None for u in users),
                   "outcomes": dict(outcomes), "queue_full_retries": sum(u.full_retries for u in users),
                   "reentries": sum(u.reentries for u in users)},
         "admissions": {"target_per_tick": batch, "ticks": len(ticks), "ticks_with_users_waiting": len(busy),
@@ -363,11 +369,12 @@ def analyse(options, users, api, pump, shop, settings, started, finished) -> dic
                                         "interval and the local API's backlog", **_spread(eta_errors_seen)},
         "latency_ms": {kind: {"n": len(values), "p50": _round(percentile(values, 0.5), 1000),
                               "p95": _round(percentile(values, 0.95), 1000)}
-                       for kind, values in sorted(api.latencies.items())},
+                       for kind, values in api.latencies.items() if values},
         "api": {"requests": answered, "per_s": round(answered / duration, 1),
                 "backlog_s": {"meaning": "how long requests waited for a free connection in the simulator",
                               **_spread([wait for waits in api.backlog.values() for wait in waits])}},
-        "oversells": {"units_over_stock": oversold, "second_orders": second_orders, "tokens_used_twice": tokens_used_twice,
+        "oversells": {"units_over_stock": oversold, "second_orders": second_orders,
+                      "tokens_used_twice": tokens_used_twice,
                       "double_clicks": sum(len(u.purchase_answers) > 1 for u in users)},
         "api_failures": dict(api.failures),
         "checks": checks,
@@ -467,6 +474,7 @@ def free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Start the stack, run the crowd, write and print the report; 0 if every check passed, else 1."""
     options = parse_options(argv)
     options.out.mkdir(parents=True, exist_ok=True)
     env = {

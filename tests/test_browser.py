@@ -9,12 +9,13 @@ import json
 import os
 import shutil
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 
 from chalicelib.pump import Pump
-from chalicelib.store import QueueStore, TargetTick, connect
+from chalicelib.store import QueueStore, TargetTick
 from infra.local_stack import LocalStack
 from tests.test_local_stack import ROOT, free_port
 
@@ -50,19 +51,19 @@ def page(browser):
 
 
 @pytest.fixture
-def stack(redis_url, prefix, tmp_path):
+def stack(env, tmp_path):
     """The local stack without its pump loop (the test ticks), the queue switched off for limited-drop:2 only."""
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"off": {
         "when_match": False, "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": ["limited-drop:2"]}],
     }}}}))
-    env = {
-        **os.environ, "REDIS_URL": redis_url, "VQ_KEY_PREFIX": prefix, "VQ_FLAGS_FILE": str(flags),
-        "VQ_TICK_MS": "1000", "VQ_BATCH_SIZE": "2", "VQ_MAX_WAITING": str(len(OTHERS)),
-        "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING",
+    # The `env` fixture has put this test's Redis and key prefix in os.environ.
+    stack_env = {
+        **os.environ, "VQ_FLAGS_FILE": str(flags), "VQ_TICK_MS": "1000", "VQ_BATCH_SIZE": "2",
+        "VQ_MAX_WAITING": str(len(OTHERS)), "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING",
     }
     with open(tmp_path / "api.log", "wb") as api_log:
-        with LocalStack(env, api_port=free_port(), stock=5, pump_class=None, api_output=api_log) as running:
+        with LocalStack(stack_env, api_port=free_port(), stock=5, pump_class=None, api_output=api_log) as running:
             yield running
 
 
@@ -84,10 +85,10 @@ def admit_next_batch(pump):
         time.sleep(0.05)
 
 
-def test_page_waits_in_line_is_admitted_and_buys(stack, page, redis_url):
+def test_page_waits_in_line_is_admitted_and_buys(stack, page, connect_redis):
     from playwright.sync_api import expect
 
-    pump = Pump(QueueStore(connect(redis_url), stack.settings.key_prefix), stack.settings)
+    pump = Pump(QueueStore(connect_redis(), stack.settings.key_prefix), stack.settings)
     entries = f"{stack.api_url}/virtual-queues/limited-drop/1/entries"
     for user in OTHERS:
         assert http("POST", entries, {"X-User-Id": str(user)})[0] == 200

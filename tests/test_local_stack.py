@@ -1,4 +1,4 @@
-"""`make run`'s stack: starts on embedded defaults, queues, sells through the demo shop, and leaves nothing behind on stop."""
+"""`make run`'s stack: starts on embedded defaults, queues, sells through the demo shop, leaves nothing behind."""
 
 import json
 import os
@@ -60,7 +60,8 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
             entered = json.load(answer)
         assert entered["status"] == "WAITING"
         # The pump loop admits the user within a tick or two (VQ_TICK_MS 500 here).
-        poll = urllib.request.Request(entries + "/me", headers={"X-User-Id": "1", "X-Queue-Ticket": entered["queueTicket"]})
+        headers = {"X-User-Id": "1", "X-Queue-Ticket": entered["queueTicket"]}
+        poll = urllib.request.Request(entries + "/me", headers=headers)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with urllib.request.urlopen(poll, timeout=5) as answer:
@@ -90,7 +91,8 @@ def admitted_token(port, entries, user):
     """Enter and poll until admitted (the pump ticks every 500 ms); the entry token."""
     entered = json.load(urllib.request.urlopen(urllib.request.Request(
         entries, method="POST", headers={"X-User-Id": user}), timeout=5))
-    poll = urllib.request.Request(entries + "/me", headers={"X-User-Id": user, "X-Queue-Ticket": entered["queueTicket"]})
+    headers = {"X-User-Id": user, "X-Queue-Ticket": entered["queueTicket"]}
+    poll = urllib.request.Request(entries + "/me", headers=headers)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         polled = json.load(urllib.request.urlopen(poll, timeout=5))
@@ -102,8 +104,9 @@ def admitted_token(port, entries, user):
 
 def buy(port, user, token):
     """POST the limited drop's order route; (status, the order id or the refusal's code)."""
+    headers = {"X-User-Id": user, "X-Entry-Token": token, "Content-Type": "application/json"}
     request = urllib.request.Request(f"http://127.0.0.1:{port}/limited-drops/1/orders", data=b"{}", method="POST",
-                                     headers={"X-User-Id": user, "X-Entry-Token": token, "Content-Type": "application/json"})
+                                     headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
             return answer.status, json.load(answer)["orderId"]
@@ -112,17 +115,18 @@ def buy(port, user, token):
 
 
 @pytest.mark.slow
-def test_concurrent_requests_are_never_answered_with_each_others_state(redis_url, prefix):
+def test_concurrent_requests_are_never_answered_with_each_others_state(env):
     # Chalice keeps the request in hand on the app object: the local API must let one at a time through it.
-    env = {**os.environ, "REDIS_URL": redis_url, "VQ_KEY_PREFIX": prefix}
-    with LocalStack(env, api_port=free_port(), pump_class=None, api_output=subprocess.DEVNULL) as stack:
+    # (The `env` fixture has put this test's Redis and key prefix in os.environ.)
+    with LocalStack(api_port=free_port(), pump_class=None, api_output=subprocess.DEVNULL) as stack:
         entries = f"{stack.api_url}/virtual-queues/limited-drop/1/entries"
 
         def enter_and_poll(user):
             entered = json.load(urllib.request.urlopen(urllib.request.Request(
                 entries, method="POST", headers={"X-User-Id": str(user)}), timeout=10))
             headers = {"X-User-Id": str(user), "X-Queue-Ticket": entered.get("queueTicket", "")}
-            return entered, json.load(urllib.request.urlopen(urllib.request.Request(entries + "/me", headers=headers), timeout=10))
+            polled = urllib.request.urlopen(urllib.request.Request(entries + "/me", headers=headers), timeout=10)
+            return entered, json.load(polled)
 
         with ThreadPoolExecutor(16) as pool:
             answers = list(pool.map(enter_and_poll, range(1, 201)))

@@ -64,6 +64,12 @@ def test_package_holds_every_lua_script(package):
 
 
 @pytest.mark.slow
+def test_package_holds_the_waiting_room_page(package):
+    page = "chalicelib/static/waiting-room.html"
+    assert zipfile.ZipFile(package).read(page) == (ROOT / page).read_bytes()
+
+
+@pytest.mark.slow
 def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, prefix, cluster_mode):
     zipfile.ZipFile(package).extractall(tmp_path)
     env = {

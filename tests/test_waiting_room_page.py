@@ -1,4 +1,4 @@
-"""The waiting-room page route: HTML for a valid line, the API's JSON errors for a bad one (the browser test drives it)."""
+"""The waiting-room page route: HTML for a valid line, the API's JSON errors for a bad one (test_browser drives it)."""
 
 import json
 import re

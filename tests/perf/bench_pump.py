@@ -13,6 +13,8 @@ Prints a table and writes build/bench_pump.json. Targets: batch admissions per t
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import platform
@@ -209,7 +211,13 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
     load_line(store, TARGET, users, settings)
     rules = Pump(store, settings).rules
     k = store.keys(TARGET)
-    store.admit_and_evict_all([TARGET], rules)  # loads the scripts
+    # One tick's evict and admit calls exactly as the store makes them (which also loads the scripts).
+    tick_calls = []
+    send = store._send
+    store._send = lambda calls: tick_calls.extend(calls) or send(calls)
+    store.admit_and_evict_all([TARGET], rules)
+    del store._send
+    (evict_script, evict_keys, evict_args), (admit_script, admit_keys, admit_args) = tick_calls
 
     def measure(prepare, call, n):
         total_calls = total_usec = 0
@@ -228,12 +236,10 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
         client.set(k.mark, 0)
 
     def admit():
-        store._admit(keys=[k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats],
-                     args=[rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms])
+        admit_script(keys=admit_keys, args=admit_args)
 
     def evict():
-        store._evict(keys=[k.waiting, k.heartbeat, k.registered, k.stats],
-                     args=[rules.heartbeat_timeout_ms, rules.max_evict])
+        evict_script(keys=evict_keys, args=evict_args)
 
     stale_batches = iter(range(1, 1_000_000))
 
@@ -280,10 +286,11 @@ def main() -> None:
     try:
         info = connect(url).info("server")
         version = f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info.get('redis_version')}"
-        concurrency = [concurrent_pumps(url, mode) for mode in ("as deployed", "freezes", "no lock")]
-        abandon = abandonment(url)
-        timing = redis_time(url)
-        timing_small = redis_time(url, users=1_000)
+        with contextlib.redirect_stdout(io.StringIO()):  # the pump's EMF lines
+            concurrency = [concurrent_pumps(url, mode) for mode in ("as deployed", "freezes", "no lock")]
+            abandon = abandonment(url)
+            timing = redis_time(url)
+            timing_small = redis_time(url, users=1_000)
     finally:
         if server is not None:
             server.stop()

@@ -7,13 +7,14 @@ Measures, in one process, interleaved (each round times every measure once; medi
     Powertools middleware, ticket check, token minting, the feature flag, the script call, the JSON answer;
   - the same handler with one JSON log line (Powertools Logger) and one EMF metric flush added per request,
     the budget the architecture sets for a request that logs and counts.
-Own Python = handler - bare call, as a ratio to the bare call. Logs and EMF go to a file, as on Lambda to stdout.
+Own Python = handler - bare call, as a ratio to the bare call (wall time); the same in this process's CPU time,
+which other work on a shared machine barely changes, is reported beside it. Logs and EMF go to a file, as on
+Lambda to stdout.
 Prints a table and writes build/bench_request.json. Target: own Python at most 0.5x the bare call.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
@@ -60,22 +61,6 @@ def headers(user: int, ticket: str | None = None) -> dict[str, str]:
     return found
 
 
-@contextlib.contextmanager
-def recorded(client):
-    commands: list[tuple] = []
-    original = client.execute_command
-
-    def record(*args, **options):
-        commands.append(args)
-        return original(*args, **options)
-
-    client.execute_command = record
-    try:
-        yield commands
-    finally:
-        del client.execute_command
-
-
 def main() -> None:
     # Logs and metrics are on and written as on Lambda (stdout), here to a file; the table goes to the terminal.
     out = sys.stdout
@@ -108,15 +93,15 @@ def main() -> None:
             answer = app(event, context)
             assert expected in answer["body"], answer
 
-        # One user waiting far back in line: each poll takes the waiting path, and nobody is admitted.
+        # User 2 waits in line and no pump runs, so every poll takes the waiting path (the common one).
         app(api_event("POST", ENTRIES, target, headers(1)), context)
         first = app(api_event("POST", ENTRIES, target, headers(2)), context)
         ticket = json.loads(first["body"])["queueTicket"]
         status_event = api_event("GET", me, target, headers(2, ticket))
-        with recorded(client) as commands:
+        with benchlib.recorded(client) as commands:
             call(status_event, '"WAITING"')
         status_call = commands[-1]
-        with recorded(client) as commands:
+        with benchlib.recorded(client) as commands:
             call(api_event("POST", ENTRIES, target, headers(SENTINEL)), '"WAITING"')
         enter_call = [str(arg) for arg in commands[-1]]
 
@@ -147,7 +132,7 @@ def main() -> None:
         }
         for run in calls.values():  # warm every path once
             run()
-        found = benchlib.interleaved(calls, ROUNDS, PER_ROUND)
+        wall, cpu = benchlib.interleaved(calls, ROUNDS, PER_ROUND)
     sys.stdout = out
     sink.seek(0)
     lines = sink.read().splitlines()
@@ -155,21 +140,26 @@ def main() -> None:
 
     rows = {}
     for operation in ("status", "enter"):
-        bare = found[f"{operation}: bare script call"]
+        bare, bare_cpu = wall[f"{operation}: bare script call"], cpu[f"{operation}: bare script call"]
         for variant in ("handler", "handler + log line + EMF"):
-            total = found[f"{operation}: {variant}"]
+            total, total_cpu = wall[f"{operation}: {variant}"], cpu[f"{operation}: {variant}"]
             own = [t - b for t, b in zip(total, bare)]
+            own_cpu = [t - b for t, b in zip(total_cpu, bare_cpu)]
             rows[f"{operation}: {variant}"] = {
                 "bare_us": statistics.median(bare) * 1e6,
                 "handler_us": statistics.median(total) * 1e6,
                 "own_python_us": statistics.median(own) * 1e6,
                 "own_x_bare": benchlib.median_ratio(own, bare),
+                "cpu": {"bare_us": statistics.median(bare_cpu) * 1e6, "handler_us": statistics.median(total_cpu) * 1e6,
+                        "own_python_us": statistics.median(own_cpu) * 1e6,
+                        "own_x_bare": benchlib.median_ratio(own_cpu, bare_cpu)},
             }
-    print(f"\nown Python per request (medians of {ROUNDS} interleaved rounds of {PER_ROUND})\n")
-    print(f"{'request':<40}{'bare us':>9}{'handler us':>12}{'own us':>9}{'own x bare':>12}")
+    print(f"\nown Python per request (medians of {ROUNDS} interleaved rounds of {PER_ROUND}; wall time, then CPU)\n")
+    print(f"{'request':<36}{'bare us':>9}{'handler':>9}{'own':>7}{'x bare':>8}   {'CPU: bare':>9}{'own':>7}{'x bare':>8}")
     for name, row in rows.items():
-        print(f"{name:<40}{row['bare_us']:>9.1f}{row['handler_us']:>12.1f}{row['own_python_us']:>9.1f}"
-              f"{row['own_x_bare']:>12.2f}")
+        c = row["cpu"]
+        print(f"{name:<36}{row['bare_us']:>9.0f}{row['handler_us']:>9.0f}{row['own_python_us']:>7.0f}"
+              f"{row['own_x_bare']:>8.2f}   {c['bare_us']:>9.0f}{c['own_python_us']:>7.0f}{c['own_x_bare']:>8.2f}")
     written = benchlib.write_json("bench_request.json", {"rounds": ROUNDS, "per_round": PER_ROUND,
                                                         "target_ratio": TARGET_RATIO, "requests": rows})
     print(f"\nwrote {written.relative_to(benchlib.ROOT)}")

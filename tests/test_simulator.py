@@ -1,0 +1,36 @@
+"""The flash-sale simulator's 5,000-user burst: the shop is kept to the rate, nothing is oversold, and every
+user who kept polling gets in (infra/simulate.py, run as `make simulate` runs it)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_local_stack import ROOT
+
+
+@pytest.mark.slow
+def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, prefix, tmp_path):
+    command = [sys.executable, str(ROOT / "infra" / "simulate.py"), "--users", "5000", "--out", str(tmp_path),
+               "--key-prefix", prefix, "--no-progress"]
+    # The `env` fixture has put this test's Redis in os.environ: the simulator's stack uses it.
+    run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
+    assert (tmp_path / "report.json").exists(), run.stdout + run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    shop, admissions, users = report["shop"], report["admissions"], report["users"]
+
+    assert shop["max_per_window"] <= shop["allowed_per_window"] == 300, shop["per_second"]
+    assert admissions["ticks_with_users_waiting"] > 0
+    assert admissions["admitted_per_busy_tick"]["max"] == admissions["target_per_tick"]
+    assert report["checks"]["admissions per tick never above the batch"]
+    assert report["checks"]["a full batch every tick while users waited"]
+    oversells = report["oversells"]
+    assert (oversells["units_over_stock"], oversells["second_orders"], oversells["tokens_used_twice"]) == (0, 0, 0)
+    assert report["oversells"]["double_clicks"] > 0  # the gate was tried, and held
+    assert shop["orders"] == 3000 and shop["refused"]["SOLD_OUT"] > 0
+    assert report["checks"]["every user who kept polling was admitted"] and users["kept_polling"] > 4000
+    assert report["api_failures"] == {}
+    assert report["ok"] and run.returncode == 0, run.stdout
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
