@@ -10,9 +10,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-## Start the whole waiting room locally on embedded defaults (Ctrl-C stops all of it).
+## Start the whole waiting room locally on embedded defaults (Ctrl-C stops all of it). EMF metric lines
+## would only flood the terminal here, so they are off unless POWERTOOLS_METRICS_DISABLED says otherwise.
 run: $(VENV)/.installed
-	$(BIN)/python infra/local_stack.py
+	POWERTOOLS_METRICS_DISABLED=$${POWERTOOLS_METRICS_DISABLED:-true} $(BIN)/python infra/local_stack.py
 
 ## A flash sale on the local stack: 5,000 users in a burst; report and plot in build/simulation/ (SIMULATE_ARGS="--help").
 simulate: $(VENV)/.installed

@@ -23,11 +23,20 @@ app = Chalice(app_name="virtual-queue", configure_logs=False)
 if not os.environ.get("AWS_CHALICE_CLI_MODE"):
     runtime.settings()
 
-# Every route logs JSON with the API Gateway request id as correlation id (never the request itself:
-# it carries tickets and tokens), and is traced when X-Ray is on.
-app.register_middleware(ConvertToMiddleware(logger.inject_lambda_context(
-    correlation_id_path=correlation_paths.API_GATEWAY_REST, log_event=False, clear_state=True,
-)), "http")
+
+
+@app.middleware("http")
+def correlate_logs(request, get_response):
+    """Every route logs JSON with the API Gateway request id as correlation id, and nothing of the previous
+    request. (Powertools' inject_lambda_context, rebuilt around each request by ConvertToMiddleware, does
+    this and adds the Lambda context's fields at several times the cost; the request id already names the
+    invocation.) The request itself is never logged: it carries tickets and tokens."""
+    logger.clear_state()
+    logger.set_correlation_id(request.context.get("requestId"))
+    return get_response(request)
+
+
+# Traced when X-Ray is on.
 if tracer is not None:
     app.register_middleware(ConvertToMiddleware(tracer.capture_lambda_handler), "http")
 

@@ -42,14 +42,15 @@ end
 
 local arrival = tonumber(redis.call('ZSCORE', KEYS[9], user))
 local created = 0
+local ahead
 if not seq and not arrival then
   local closes_at = tonumber(config[5])
   if closes_at and now >= closes_at then
     return {'CLOSED'}
   end
-  -- Only users not yet admitted take up capacity.
-  local in_line = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '+inf') + redis.call('ZCARD', KEYS[9])
-  if in_line >= tonumber(config[3] or ARGV[3]) then
+  -- Only users not yet admitted take up capacity; a newcomer has every one of those in line ahead.
+  ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '+inf')
+  if ahead + redis.call('ZCARD', KEYS[9]) >= tonumber(config[3] or ARGV[3]) then
     return {'FULL'}
   end
   local number = redis.call('INCR', KEYS[3])
@@ -67,22 +68,21 @@ if seq then
   redis.call('ZADD', KEYS[2], now, user)
 end
 
--- Sliding TTL, refreshed by each newcomer (and by the pump each tick): a queue nobody enters and no
--- pump visits cleans itself up.
-if created == 1 then
-  for _, i in ipairs({1, 2, 3, 4, 9}) do
-    redis.call('PEXPIRE', KEYS[i], ARGV[4])
-  end
-end
 -- Not sliding: should the registration itself be lost, an enter within ARGV[8] ms registers again.
 local register = 0
 if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[8]) then
   register = 1
+  -- Sliding TTL, refreshed by the pump every tick and here at each registration (so at least once a
+  -- minute while people arrive, and on the very first entry): a queue nobody enters and no pump visits
+  -- cleans itself up. Not on every entry: five PEXPIREs would be a third of a newcomer's cost.
+  for _, i in ipairs({1, 2, 3, 4, 9}) do
+    redis.call('PEXPIRE', KEYS[i], ARGV[4])
+  end
 end
 if not seq then
   return {'PRE_QUEUE', arrival, config[4], created, register}
 end
-local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
+ahead = ahead or redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
 local rate = redis.call('HGET', KEYS[7], 'rate')
   or tostring(tonumber(config[1] or ARGV[9]) * 1000 / tonumber(config[2] or ARGV[10]))
 return {'WAITING', seq, ahead, rate, created, register}
