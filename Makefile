@@ -19,9 +19,26 @@ run: $(VENV)/.installed
 simulate: $(VENV)/.installed
 	$(BIN)/python infra/simulate.py $(SIMULATE_ARGS)
 
-## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey).
-test: $(VENV)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey), then the reliability suite:
+## Redis faults against servers the tests kill and restart, and the store's tests on a 3-node Valkey cluster.
+test: test-main test-reliability
+
+# Tests that start Redis servers of their own (markers in pyproject.toml), and the suites the cluster run repeats.
+RELIABILITY := -m "faults or cluster"
+CLUSTER_SUITE := tests/test_queue_engine.py tests/test_pump.py tests/test_purchase.py tests/test_operations.py \
+	tests/test_api.py tests/test_queue_model.py
+# A PYTEST_ARGS that narrows the run (-k tokens) may leave a step nothing to run (pytest's exit status 5).
+ifneq ($(PYTEST_ARGS),)
+NOTHING_SELECTED_OK := || [ $$? -eq 5 ]
+endif
+
+.PHONY: test-main test-reliability
+test-main: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not faults and not cluster" $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
+
+test-reliability: $(VENV)/.installed
+	$(BIN)/python -m pytest $(RELIABILITY) $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
+	$(BIN)/python -m pytest --redis-cluster $(CLUSTER_SUITE) $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
 
 ## Measure the performance targets on an embedded Valkey: one table, also build/bench.json (a few minutes; needs redis-benchmark).
 .PHONY: bench

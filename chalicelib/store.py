@@ -7,7 +7,6 @@ Each client-facing method is one script call: one round trip.
 from __future__ import annotations
 
 import random
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
@@ -76,7 +75,6 @@ class _ClusterOnFirstUse:
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self._url, self._options = url, options
         self._client: redis.RedisCluster | None = None
-        self._building = threading.Lock()
 
     def get_encoder(self) -> Encoder:
         # Scripts hash their text with it when registered, before any command is sent.
@@ -94,13 +92,14 @@ class _ClusterOnFirstUse:
         return getattr(self._connected(), name)
 
     def _connected(self) -> redis.RedisCluster:
-        with self._building:
-            if self._client is None:
-                try:
-                    self._client = redis.RedisCluster.from_url(self._url, **self._options)
-                except RedisClusterException as err:
-                    raise redis.ConnectionError(str(err)) from None
-            return self._client
+        # Unlocked: two threads may both build one, and the spare is dropped; a lock would make concurrent
+        # requests wait out each other's connect timeouts while the cluster is down.
+        if self._client is None:
+            try:
+                self._client = redis.RedisCluster.from_url(self._url, **self._options)
+            except RedisClusterException as err:
+                raise redis.ConnectionError(str(err)) from None
+        return self._client
 
 
 def load_script(client: RedisClient, name: str) -> redis.commands.core.Script:

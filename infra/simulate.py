@@ -1,6 +1,7 @@
 """Flash-sale simulator: N virtual users arrive in a burst at one line of the local stack, and buy.
 
-Each user enters, polls every 2-3 s (at random within that) until admitted, then buys once. A share
+Each user enters, polls until admitted (a little before its ETA each time, with jitter, as a mobile client
+that trusts the ETA would, within the heartbeat timeout), then buys once. A share
 abandons while waiting (half leave the line, half just stop polling and are evicted), and a share clicks
 Buy twice at once (the gate must stop the second click before the shop). The stack (infra/local_stack.py)
 is started here with a short tick, and its pump records what every tick did.
@@ -65,13 +66,16 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
                         help="share of users who give up while waiting (half leave, half stop polling)")
     parser.add_argument("--double-click", type=float, default=0.05,
                         help="share of buyers who send their purchase twice at once")
-    parser.add_argument("--batch", type=int, default=100, help="users admitted per tick")
+    # 50 admissions a second: with the crowd's polls, enters and purchases, about as much as one local API
+    # process (a few hundred requests a second on this machine) answers without a backlog. A backlog would
+    # tell admitted users late and all at once, which measures that server, not the queue.
+    parser.add_argument("--batch", type=int, default=25, help="users admitted per tick")
     parser.add_argument("--tick-ms", type=int, default=500, help="length of a tick")
     parser.add_argument("--stock", type=int, default=3000, help="units the shop has")
-    parser.add_argument("--heartbeat-timeout-s", type=int, default=30,
+    parser.add_argument("--heartbeat-timeout-s", type=int, default=120,
                         help="evict users silent this long (keep it above the slowest poll gap under load)")
     parser.add_argument("--max-waiting", type=int, help="capacity of the line (default: the stack's)")
-    parser.add_argument("--threads", type=int, default=32, help="most enter/status/leave requests in flight at once")
+    parser.add_argument("--threads", type=int, default=16, help="most requests of each kind in flight at once")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--key-prefix", help="Redis key prefix (default: a fresh one per run)")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "simulation")
@@ -117,10 +121,9 @@ class Api:
     def __init__(self, url: str, threads: int) -> None:
         self.host, port = url.removeprefix("http://").split(":")
         self.port = int(port)
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="api")
-        # A purchase goes out at once, on threads of its own: in a browser the Buy click does not queue
-        # behind other users' polls, and here it would, then reach the shop in clumps.
-        self.purchase_pool = ThreadPoolExecutor(16, thread_name_prefix="purchase")
+        # A pool per kind of call: polls do not queue behind a burst of arrivals (nor purchases behind polls,
+        # as a Buy click in a browser does not), or admitted users would hear of it late and all at once.
+        self.pools = {kind: ThreadPoolExecutor(threads, thread_name_prefix=kind) for kind in KINDS}
         # One list per kind made up front: the pool's threads only append (atomic), never insert a key.
         self.latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
         self.backlog: dict[str, list[float]] = {kind: [] for kind in KINDS}
@@ -129,13 +132,12 @@ class Api:
         self._lock = threading.Lock()
 
     async def call(self, kind: str, method: str, path: str, headers: dict, body: bytes | None = None) -> Answer:
-        pool = self.purchase_pool if kind == "purchase" else self.pool
         return await asyncio.get_running_loop().run_in_executor(
-            pool, self._call, time.perf_counter(), kind, method, path, headers, body)
+            self.pools[kind], self._call, time.perf_counter(), kind, method, path, headers, body)
 
     def close(self) -> None:
-        self.pool.shutdown()
-        self.purchase_pool.shutdown()
+        for pool in self.pools.values():
+            pool.shutdown()
 
     def _call(self, submitted: float, kind: str, method: str, path: str, headers: dict, body: bytes | None) -> Answer:
         connection = getattr(self._local, "connection", None)
@@ -199,7 +201,7 @@ def plan_users(options: argparse.Namespace, rng: random.Random) -> list[User]:
     ]
 
 
-async def journey(user: User, api: Api, started: float, rng: random.Random) -> None:
+async def journey(user: User, api: Api, started: float, rng: random.Random, heartbeat_timeout_s: float) -> None:
     """Arrive, wait in line (or give up), buy."""
     await asyncio.sleep(max(0.0, started + user.arrives_s - time.time()))
     entry = await enter(user, api, rng)
@@ -209,7 +211,7 @@ async def journey(user: User, api: Api, started: float, rng: random.Random) -> N
                 await api.call("leave", "DELETE", ENTRIES + "/me", user_headers(user))
             user.outcome = "left" if user.leaves else "stopped polling"
             return
-        await asyncio.sleep(rng.uniform(2.0, 3.0))
+        await asyncio.sleep(poll_delay_s(entry, heartbeat_timeout_s, rng))
         answer = await api.call("status", "GET", ENTRIES + "/me", user_headers(user))
         if answer.status == 200:
             entry = answer.body
@@ -224,6 +226,15 @@ async def journey(user: User, api: Api, started: float, rng: random.Random) -> N
     if entry is not None:
         user.admitted_at = time.time()
         await buy(user, entry["entryToken"], api)
+
+
+def poll_delay_s(entry: dict, heartbeat_timeout_s: float, rng: random.Random) -> float:
+    """How long a user waits before the next poll: a little less than their ETA (at least a second, never
+    as long as a third of the heartbeat timeout), with jitter. The line moves at a steady, measured rate, so
+    a client that trusts the ETA asks little and closes in on its turn, and users hear of it about when the
+    pump admitted them. (5,000 users polling every 2-3 s would ask far more than one local API process
+    answers, and its backlog would tell admitted users late and all at once.)"""
+    return min(heartbeat_timeout_s / 3, max(1.0, 0.8 * (entry.get("etaSeconds") or 0))) * rng.uniform(1.0, 1.25)
 
 
 async def enter(user: User, api: Api, rng: random.Random) -> dict | None:
@@ -265,7 +276,7 @@ async def run_crowd(users: list[User], api: Api, pump: RecordingPump, options: a
     with tqdm(total=len(users), unit="user", desc="journeys done", disable=not options.progress) as bar:
 
         async def one(user: User) -> None:
-            await journey(user, api, started, rng)
+            await journey(user, api, started, rng, options.heartbeat_timeout_s)
             bar.update()
 
         async def figures() -> None:

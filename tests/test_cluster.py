@@ -43,7 +43,6 @@ class Parts:
         self.room = WaitingRoom(self.store, signer, settings, runtime.switch())
         self.gate = PurchaseGate(self.store, signer, settings, runtime.switch())
         self.pump = Pump(self.store, settings)
-        self.signer = signer
 
 
 @pytest.fixture
@@ -169,6 +168,23 @@ def test_an_unreachable_cluster_at_cold_start_fails_open(env):
     entry = parts.room.enter(TARGETS[0], 1)
     assert entry.status == "DIRECT_ADMITTED" and time.monotonic() - started < 2.0
     assert parts.pump.tick().errors == 1  # the pump counts the failure and goes on
+
+
+def test_a_cluster_that_hangs_at_cold_start_fails_open_and_queueing_starts_once_it_answers(own_cluster, env):
+    for server in own_cluster.servers:
+        os.kill(server._process.pid, signal.SIGSTOP)
+    try:
+        parts = Parts(own_cluster.url, "hung", load_settings(), Breaker(fail_max=3, reset_timeout=0.3))
+        started = time.monotonic()
+        assert parts.room.enter(TARGETS[0], 1).status == "DIRECT_ADMITTED"
+        assert time.monotonic() - started < 2.0
+        assert parts.pump.tick().errors == 1
+    finally:
+        for server in own_cluster.servers:
+            os.kill(server._process.pid, signal.SIGCONT)
+    time.sleep(0.4)  # the breaker's cool-down
+    assert parts.room.enter(TARGETS[0], 2).status == "WAITING"
+    assert parts.pump.tick().errors == 0
 
 
 def test_a_paused_node_fails_open_for_its_targets_and_the_cluster_resumes(own_cluster, env):

@@ -1,6 +1,7 @@
 """Redis outages against a real server process of the test's own: fail-open answers, the breaker, recovery."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from redis.connection import Connection
@@ -57,6 +58,20 @@ def test_paused_redis_answers_within_the_timeout_budget_and_recovers(room_on_own
     time.sleep(0.4)
     polled = room.status(DROP, 1, ticket)
     assert (polled.status, polled.position) == ("WAITING", 1)  # nothing was lost
+
+
+def test_concurrent_callers_during_a_pause_each_wait_one_timeout_not_each_others(room_on_own_redis, own_redis):
+    # The breaker holds no lock across the Redis call: with one, callers queued behind each other's timeouts.
+    room = room_on_own_redis
+    room.enter(DROP, 1)
+    own_redis.pause()
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            answers = list(pool.map(lambda user: timed(lambda: room.enter(DROP, user)), range(2, 8)))
+    finally:
+        own_redis.resume()
+    assert {entry.status for entry, _ in answers} == {"DIRECT_ADMITTED"}
+    assert max(took for _, took in answers) < 1.0  # one command timeout (0.5 s), not three in a row
 
 
 def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_redis, monkeypatch):

@@ -19,7 +19,7 @@ import pytest
 
 from chalicelib import runtime
 from chalicelib.errors import QueueError
-from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump
+from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.store import QueueStore, connect
 from chalicelib.targets import Target
@@ -86,7 +86,7 @@ class Load:
         self.users_per_thread = users_per_thread
         self.stop = threading.Event()
         self.run = Run()
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # over run.calls
         self._threads = [threading.Thread(target=self._worker, args=(i,)) for i in range(THREADS)]
         self._threads.append(threading.Thread(target=self._pump))
 
@@ -112,7 +112,7 @@ class Load:
                 call = self._step(users[slot], rng)
                 if users[slot].state == "done":
                     users[slot] = VirtualUser(users[slot].target, next(ids))
-                with self._lock:
+                with self.lock:
                     self.run.calls.append(call)
                 time.sleep(0.002)
         except BaseException as err:  # noqa: BLE001 (the test must see it)
@@ -226,7 +226,7 @@ def run_load(env, redis: OwnRedis, fault, heal, fault_s: float = 1.5) -> Run:
         deadline = run.healed_at + BREAKER_COOLDOWN_MS / 1000 + 5
         while run.resumed_at is None and time.monotonic() < deadline:
             time.sleep(0.05)
-            with load._lock:
+            with load.lock:
                 run.resumed_at = next(
                     (c.started for c in run.calls if c.started > run.healed_at and c.answer in FROM_REDIS), None
                 )

@@ -21,7 +21,8 @@ def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, pre
     report = json.loads((tmp_path / "report.json").read_text())
     shop, admissions, users = report["shop"], report["admissions"], report["users"]
 
-    assert shop["max_per_window"] <= shop["allowed_per_window"] == 300, shop["per_second"]
+    # 25 admitted every 500 ms: a one-second window may hold three ticks' worth.
+    assert shop["max_per_window"] <= shop["allowed_per_window"] == 75, shop["per_second"]
     assert admissions["ticks_with_users_waiting"] > 0
     assert admissions["admitted_per_busy_tick"]["max"] == admissions["target_per_tick"]
     assert report["checks"]["admissions per tick never above the batch"]

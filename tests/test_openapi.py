@@ -1,0 +1,226 @@
+"""infra/openapi.yaml, the public API's contract: checked against app.py's routes so the two cannot drift, and
+Schemathesis runs it against the app served by `chalice local`'s server (real HTTP on a free loopback port,
+with this test's environment and Redis): no 5xx, every answer matches the spec, nothing from the request
+comes back in a response header.
+
+To reach more than the refusals (a forged ticket or token is all a generator can make), a hook swaps, in half
+of the well-formed cases, the caller and target for known ones (see KNOWN_USERS) with a genuine ticket or
+entry token: the answers then also cover WAITING, ADMITTED, PRE_QUEUE, NOT_IN_QUEUE, 204, 409 QUEUE_CLOSED,
+429 QUEUE_FULL, a purchase passed to the downstream, and ENTRY_TOKEN_USED.
+"""
+
+from __future__ import annotations
+
+import json
+import itertools
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import schemathesis
+import yaml
+from chalice.config import Config
+from chalice.local import LocalDevServer
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
+
+from chalicelib import errors, runtime
+from chalicelib.pump import Pump
+from chalicelib.target_config import TargetConfig
+from chalicelib.targets import TARGET_TYPES, Target
+from tests.test_purchase import Origin
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "infra" / "openapi.yaml"
+METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}
+
+# Per operation; with the coverage phase's own cases, a few hundred requests in all.
+MAX_EXAMPLES = 50
+# After the fixture: on target 42 of each type, user 1 is admitted and users 2 to 4 wait in a full line (5 is
+# refused); limited-drop 43 is closed, ticketing-event 43 opens in an hour (newcomers wait in the pre-queue).
+KNOWN_TARGET_IDS = ("42", "42", "43")
+KNOWN_USERS = ("1", "2", "3", "4", "5")
+# Request values shorter than this could turn up in a response header by chance ("1" in Retry-After, a
+# year in Date); longer ones there were copied from the request, unless they are the media types the app
+# answers with anyway.
+MIN_REFLECTED_CHARS = 6
+OWN_HEADER_TEXT = ("application/json; charset=utf-8", "text/html; charset=utf-8")
+REQUESTS = Counter()
+
+
+def spec() -> dict:
+    return yaml.safe_load(SPEC.read_text())
+
+
+def spec_operations() -> dict[tuple[str, str], list[str]]:
+    """(path, METHOD) -> the names of its path parameters, from the spec."""
+    document = spec()
+    shared = document["components"]["parameters"]
+    found = {}
+    for path, item in document["paths"].items():
+        for method in set(item) & METHODS:
+            parameters = [
+                shared[p["$ref"].rsplit("/", 1)[1]] if "$ref" in p else p
+                for p in item.get("parameters", []) + item[method].get("parameters", [])
+            ]
+            found[path, method.upper()] = sorted(p["name"] for p in parameters if p["in"] == "path")
+    return found
+
+
+def app_operations() -> dict[tuple[str, str], list[str]]:
+    """(path, METHOD) -> the names of its path parameters, from app.py's Chalice routes."""
+    from app import app
+
+    return {
+        (path, method): sorted(entry.view_args)
+        for path, entries in app.routes.items() for method, entry in entries.items()
+    }
+
+
+# --- the spec and the app cannot drift ---
+
+def test_every_route_of_the_app_is_in_the_spec_with_its_methods_and_nothing_else():
+    assert sorted(spec_operations()) == sorted(app_operations())
+
+
+def test_path_parameters_are_named_as_in_the_app():
+    assert spec_operations() == app_operations()
+
+
+def test_every_error_code_the_app_can_answer_is_in_the_spec():
+    codes = {cls.code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.QueueError)}
+    text = SPEC.read_text()
+    assert [code for code in sorted(codes) if code not in text] == []
+
+
+def test_the_spec_names_the_target_types_the_app_knows():
+    assert spec()["components"]["parameters"]["QueueType"]["schema"]["enum"] == list(TARGET_TYPES)
+
+
+# --- Schemathesis against the running app ---
+
+schema = schemathesis.openapi.from_path(SPEC)
+schema.config.generation.update(max_examples=MAX_EXAMPLES, database="none", with_security_parameters=False)
+# Methods a route does not declare never reach the app: API Gateway answers them itself (403 Missing
+# Authentication Token), and chalice local's server 405 or 501.
+schema.config.phases.coverage.unexpected_methods = set()
+tokens: dict[tuple[str, str], str] = {}  # (target, user) -> the one entry token minted for them
+turns = itertools.count()
+
+
+@schema.hook
+def map_case(context, case):
+    """In half of the well-formed cases, a known caller with their genuine ticket or entry token."""
+    if case.meta is None or not case.meta.generation.mode.is_positive or not case.headers:
+        return case
+    turn = next(turns)
+    if "X-User-Id" not in case.headers or turn % 2:
+        return case
+    user = KNOWN_USERS[turn // 2 % len(KNOWN_USERS)]
+    target_id = KNOWN_TARGET_IDS[turn // 2 % len(KNOWN_TARGET_IDS)]
+    case.headers["X-User-Id"] = user
+    params = case.path_parameters
+    if "queue_type" in params:
+        target = Target(params["queue_type"], int(target_id))
+        params["target_id"] = target_id
+    else:
+        name, = params
+        target = Target("limited-drop" if name == "drop_id" else "ticketing-event", int(target_id))
+        params[name] = target_id
+    signer = runtime.signer()
+    if "X-Queue-Ticket" in case.headers:
+        case.headers["X-Queue-Ticket"] = signer.issue_ticket(target, int(user), 1, int(time.time() * 1000)).text
+    if "X-Entry-Token" in case.headers:
+        key = (str(target), user)
+        if key not in tokens:
+            tokens[key] = signer.mint_entry_token(target, int(user), time.time(), 300).text
+        case.headers["X-Entry-Token"] = tokens[key]
+    return case
+
+
+def no_request_data_in_response_headers(ctx, response, case):
+    """Nothing the client sent (path parameters, headers, query, body) comes back in a response header."""
+    sent = [str(v) for v in (case.path_parameters or {}).values()]
+    sent += [str(v) for v in (case.headers or {}).values()]
+    sent += [str(v) for v in (case.query or {}).values()]
+    if isinstance(case.body, (dict, list)):
+        sent += _leaves(case.body)
+    elif isinstance(case.body, str):
+        sent.append(case.body)
+    sent = [
+        value for value in sent
+        if len(value) >= MIN_REFLECTED_CHARS and not any(value in own for own in OWN_HEADER_TEXT)
+    ]
+    for name, values in response.headers.items():
+        for text in [name, *values]:
+            copied = [value for value in sent if value in text]
+            assert not copied, f"response header {name!r} carries request data {copied[0]!r}"
+
+
+def _leaves(value) -> list[str]:
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in [str(key), *_leaves(item)]]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [json.dumps(value)]
+
+
+@pytest.fixture
+def local_api(env, origin):
+    """The app served by chalice local's HTTP server on a free port, in this process: same environment, same
+    Redis prefix, with the known users and targets of KNOWN_USERS and KNOWN_TARGET_IDS."""
+    from app import app
+
+    env(VQ_MAX_WAITING=3, VQ_BATCH_SIZE=1, VQ_TICK_MS=100)
+    tokens.clear()
+    room = runtime.waiting_room()
+    known = [Target(queue_type, 42) for queue_type in TARGET_TYPES]
+    for target in known:
+        for user in (1, 2, 3):
+            room.enter(target, user)
+    Pump(runtime.store(), runtime.settings()).run(ticks=1)
+    for target in known:
+        room.enter(target, 4)
+    now_ms = int(time.time() * 1000)
+    room.configure(Target("limited-drop", 43), TargetConfig(closes_at_ms=now_ms - 60_000))
+    room.configure(Target("ticketing-event", 43), TargetConfig(opens_at_ms=now_ms + 3_600_000))
+
+    server = LocalDevServer(app, Config.create(chalice_stage="dev", project_dir=str(ROOT)), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server.server_address[1]}"
+    server.shutdown()
+    server.server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def origin(env):
+    server = Origin()
+    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_requests():
+    yield
+    if REQUESTS:
+        print(f"\nschemathesis: {sum(REQUESTS.values())} requests, by status {dict(sorted(REQUESTS.items()))}")
+
+
+@schema.parametrize()
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.filterwarnings("ignore:IAMAuthorizer is not a supported in local mode")
+def test_the_app_answers_as_the_spec_says(case, local_api):
+    response = case.call(base_url=local_api, timeout=10)
+    REQUESTS[response.status_code] += 1
+    case.validate_response(
+        response,
+        # positive_data_acceptance: a well-formed ticket or token is still refused unless genuine (403/404).
+        # ignored_auth: IAM (sigv4) is API Gateway's to check; chalice local lets every request through.
+        excluded_checks=[positive_data_acceptance, ignored_auth],
+        additional_checks=[no_request_data_in_response_headers],
+    )
