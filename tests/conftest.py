@@ -178,3 +178,15 @@ def deployment(tmp_path_factory):
     out = tmp_path_factory.mktemp("deployment")
     package(out)
     return out
+
+
+@pytest.fixture
+def origin(env):
+    """A real downstream shop on 127.0.0.1, and both purchase routes pointed at it."""
+    from tests.downstream import Origin
+
+    server = Origin()
+    # The trailing slash is trimmed by the settings: purchase paths are appended to it.
+    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url + "/")
+    yield server
+    server.close()

@@ -24,7 +24,7 @@ from chalicelib.store import Breaker, QueueStore, TargetTick, connect
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
 from tests.redis_servers import ValkeyCluster
-from tests.test_purchase import Origin, closed_port
+from tests.test_purchase import closed_port
 
 pytestmark = pytest.mark.cluster
 
@@ -43,14 +43,6 @@ class Parts:
         self.room = WaitingRoom(self.store, signer, settings, runtime.switch())
         self.gate = PurchaseGate(self.store, signer, settings, runtime.switch())
         self.pump = Pump(self.store, settings)
-
-
-@pytest.fixture
-def origin(env):
-    server = Origin()
-    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url)
-    yield server
-    server.close()
 
 
 @pytest.fixture

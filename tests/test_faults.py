@@ -24,7 +24,6 @@ from chalicelib.purchase import PurchaseRequest
 from chalicelib.store import QueueStore, connect
 from chalicelib.targets import Target
 from tests.redis_servers import OwnRedis
-from tests.test_purchase import Origin
 
 pytestmark = pytest.mark.faults
 
@@ -187,14 +186,6 @@ class RecordingStore(QueueStore):
         now = time.monotonic()
         self.admissions += [(now, r.admitted) for r in results.values() if not isinstance(r, Exception)]
         return results
-
-
-@pytest.fixture
-def origin(env):
-    server = Origin()
-    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url)
-    yield server
-    server.close()
 
 
 @pytest.fixture

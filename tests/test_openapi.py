@@ -30,7 +30,6 @@ from chalicelib import errors, runtime
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import TARGET_TYPES, Target
-from tests.test_purchase import Origin
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "infra" / "openapi.yaml"
@@ -194,14 +193,6 @@ def local_api(env, origin):
     server.shutdown()
     server.server.server_close()
     thread.join()
-
-
-@pytest.fixture
-def origin(env):
-    server = Origin()
-    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url)
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -22,7 +22,6 @@ import time
 import uuid
 from collections import Counter
 
-import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -35,7 +34,7 @@ from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
-from tests.test_purchase import Origin
+from tests.downstream import Origin
 
 DROP = Target("limited-drop", 42)
 EVERYONE = range(1, 7)
@@ -323,14 +322,6 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def each_token_buys_at_most_once(self):
         assert all(n == 1 for n in self.bought.values())
-
-
-@pytest.fixture
-def origin(env):
-    server = Origin()
-    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url)
-    yield server
-    server.close()
 
 
 def test_the_queue_behaves_like_its_model(env, connect_redis, origin):
