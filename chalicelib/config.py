@@ -34,6 +34,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -165,6 +166,11 @@ class Settings:
     @property
     def admissions_per_second(self) -> float:
         return self.batch_size * 1000 / self.tick_ms
+
+    @property
+    def retry_after_s(self) -> int:
+        """The Retry-After of a full or unavailable queue: one tick, at least a second."""
+        return max(1, math.ceil(self.tick_ms / 1000))
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:

@@ -6,7 +6,6 @@ Knows nothing of Chalice or of Redis keys: verification is `gate.check_entry`, t
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 import uuid
@@ -120,7 +119,7 @@ class PurchaseGate:
             logger.warning("queue state unavailable at purchase",
                            extra={"target": str(token.target), "reason": str(err)})
             if not self.settings.fail_open:
-                raise QueueUnavailable(max(1, math.ceil(self.settings.tick_ms / 1000))) from None
+                raise QueueUnavailable(self.settings.retry_after_s) from None
             return False
         if not first_use:
             raise EntryTokenUsed("this entry token has already bought once")

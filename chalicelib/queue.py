@@ -85,7 +85,7 @@ class WaitingRoom:
             return self._degraded(target, user_id, now, err)
         if isinstance(place, Full):
             count("EnterRejectedFull", target)
-            raise QueueFull(retry_after_s=self._retry_after_s())
+            raise QueueFull(retry_after_s=self.settings.retry_after_s)
         if isinstance(place, Closed):
             raise QueueClosed("this queue is closed to newcomers")
         entry = self._answer(target, place, now)
@@ -119,16 +119,14 @@ class WaitingRoom:
         try:
             self.store.leave(target, user_id)
         except StoreUnavailable as err:
-            self._record_degraded(target, err)
-            raise QueueUnavailable(self._retry_after_s()) from None
+            raise self._unavailable(target, err) from None
 
     def stats(self, target: Target) -> dict:
         """Live figures of one line for operators (`GET .../stats`), beside the configuration in force."""
         try:
             figures = self.store.stats(target, int(self.clock() * 1000))
         except StoreUnavailable as err:
-            self._record_degraded(target, err)
-            raise QueueUnavailable(self._retry_after_s()) from None
+            raise self._unavailable(target, err) from None
         histogram = figures.wait_histogram
         waited = sum(histogram.values())
         body = {
@@ -155,8 +153,7 @@ class WaitingRoom:
         try:
             own = self.store.config(target)
         except StoreUnavailable as err:
-            self._record_degraded(target, err)
-            raise QueueUnavailable(self._retry_after_s()) from None
+            raise self._unavailable(target, err) from None
         return {"config": own.to_body(), "effective": self._effective(own)}
 
     def configure(self, target: Target, config: TargetConfig) -> dict:
@@ -164,8 +161,7 @@ class WaitingRoom:
         try:
             self.store.configure(target, config)
         except StoreUnavailable as err:
-            self._record_degraded(target, err)
-            raise QueueUnavailable(self._retry_after_s()) from None
+            raise self._unavailable(target, err) from None
         logger.info("target configured", extra={"target": str(target), "config": config.to_body()})
         return {"config": config.to_body(), "effective": self._effective(config)}
 
@@ -193,17 +189,19 @@ class WaitingRoom:
         return QueueEntry("DIRECT_ADMITTED", entry_token=token)
 
     def _degraded(self, target: Target, user_id: int, now: float, err: StoreUnavailable) -> QueueEntry:
-        self._record_degraded(target, err)
         if not self.settings.fail_open:
-            raise QueueUnavailable(self._retry_after_s())
+            raise self._unavailable(target, err)
+        self._record_degraded(target, err)
         return self._direct(target, user_id, now)
 
     def _record_degraded(self, target: Target, err: StoreUnavailable) -> None:
         count("RedisDegraded", target)
         logger.warning("queue state unavailable", extra={"target": str(target), "reason": str(err)})
 
-    def _retry_after_s(self) -> int:
-        return max(1, math.ceil(self.settings.tick_ms / 1000))
+    def _unavailable(self, target: Target, err: StoreUnavailable) -> QueueUnavailable:
+        """Record the outage and answer the 503 for a call that cannot fail open."""
+        self._record_degraded(target, err)
+        return QueueUnavailable(self.settings.retry_after_s)
 
     def _answer(self, target: Target, place: Place, now: float) -> QueueEntry:
         if isinstance(place, Admitted):
