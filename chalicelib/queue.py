@@ -18,7 +18,7 @@ from chalicelib.observability import count, logger
 from chalicelib.store import Admitted, Closed, Defaults, Full, Place, PreQueued, QueueStore, StoreUnavailable, Waiting
 from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
-from chalicelib.tokens import EntryToken, QueueTicket, TokenSigner
+from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class WaitingRoom:
         if not self.switch.queue_enabled(target, user_id):
             return self._direct(target, user_id, now)
         try:
-            place = self.store.enter(target, user_id, int(now * 1000), self._candidate(target, user_id, now), self.defaults)
+            place = self.store.enter(target, user_id, int(now * 1000), self._grant(now), self.defaults)
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
         if isinstance(place, Full):
@@ -88,7 +88,7 @@ class WaitingRoom:
             raise QueueFull(retry_after_s=self.settings.retry_after_s)
         if isinstance(place, Closed):
             raise QueueClosed("this queue is closed to newcomers")
-        entry = self._answer(target, place, now)
+        entry = self._answer(target, user_id, place, now)
         if isinstance(place, (Waiting, PreQueued)) and place.created:
             number = place.seq if isinstance(place, Waiting) else place.arrival
             ticket = self.signer.issue_ticket(target, user_id, number, int(now * 1000))
@@ -103,7 +103,7 @@ class WaitingRoom:
             return self._direct(target, user_id, now)
         try:
             place = self.store.status(
-                target, user_id, int(now * 1000), self._candidate(target, user_id, now), ticket.entered_at_ms,
+                target, user_id, int(now * 1000), self._grant(now), ticket.entered_at_ms,
                 self.defaults,
             )
         except StoreUnavailable as err:
@@ -111,7 +111,7 @@ class WaitingRoom:
         if isinstance(place, Admitted) and place.issued_now:
             count("TokensIssued", target)
             count("WaitSeconds", target, max(0.0, now - ticket.entered_at_ms / 1000), MetricUnit.Seconds)
-        return self._answer(target, place, now)
+        return self._answer(target, user_id, place, now)
 
     def leave(self, target: Target, user_id: int, ticket_text: str | None) -> None:
         """Give up one's place (and any entry token). Leaving twice is fine."""
@@ -179,9 +179,10 @@ class WaitingRoom:
             raise InvalidQueueTicket("X-Queue-Ticket is missing or was not issued to this user for this queue")
         return ticket
 
-    def _candidate(self, target: Target, user_id: int, now: float) -> EntryToken:
-        # Minted before the script runs so that admission stays one round trip; kept only if it admits.
-        return self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)
+    def _grant(self, now: float) -> EntryGrant:
+        # Drawn before the script runs so that admission stays one round trip; kept only if it admits. Only a
+        # grant, not a signed token: most polls do not admit, and signing is most of a token's cost.
+        return self.signer.grant(now, self.settings.token_ttl_s)
 
     def _direct(self, target: Target, user_id: int, now: float) -> QueueEntry:
         token = self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)
@@ -203,12 +204,12 @@ class WaitingRoom:
         self._record_degraded(target, err)
         return QueueUnavailable(self.settings.retry_after_s)
 
-    def _answer(self, target: Target, place: Place, now: float) -> QueueEntry:
+    def _answer(self, target: Target, user_id: int, place: Place, now: float) -> QueueEntry:
         if isinstance(place, Admitted):
-            token = self.signer.read_entry_token(place.token, now)
-            if token is not None:
-                return QueueEntry("ADMITTED", entry_token=token)
-            # Stored with the token's own TTL, so only a key rotation makes it unreadable: a stale hold.
+            grant = EntryGrant.parse(place.grant)
+            if grant is not None and grant.expires_at > now:
+                return QueueEntry("ADMITTED", entry_token=self.signer.seal_entry_token(target, user_id, grant))
+            # Stored with the token's own TTL, so only a hold in another format (an older release's) gets here.
             raise NotInQueue("the entry token issued to this user is no longer valid; enter again")
         if isinstance(place, Waiting):
             eta = math.ceil(place.ahead / place.rate) if place.rate > 0 else None

@@ -25,7 +25,7 @@ from chalicelib.errors import QueueError
 from chalicelib.observability import logger
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target, parse_target
-from chalicelib.tokens import EntryToken
+from chalicelib.tokens import EntryGrant, EntryToken
 
 # Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
@@ -128,9 +128,9 @@ class PreQueued:
 
 @dataclass(frozen=True)
 class Admitted:
-    """Holds the entry token `token`; `issued_now` when this very call admitted the user."""
+    """Holds the entry token of `grant` (as queue state spells it); `issued_now` when this very call admitted the user."""
 
-    token: str
+    grant: str
     issued_now: bool
 
 
@@ -259,16 +259,16 @@ class QueueStore:
     def keys(self, target: Target) -> QueueKeys:
         return QueueKeys(self.prefix, target)
 
-    def enter(self, target: Target, user_id: int, now_ms: int, candidate: EntryToken, defaults: Defaults) -> Place:
+    def enter(self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, defaults: Defaults) -> Place:
         """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
-        `candidate` becomes their entry token only if this call admits them."""
+        `grant` becomes their entry token's only if this call admits them."""
         k = self.keys(target)
         reply = self._guarded(
             self._enter,
             [k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered, k.stats, k.config, k.prequeue,
              k.draw, k.active],
-            [user_id, now_ms, defaults.max_waiting, defaults.idle_ttl_ms, candidate.text,
-             candidate.expires_at * 1000 - now_ms, candidate.expires_at * 1000, REGISTRATION_REFRESH_MS,
+            [user_id, now_ms, defaults.max_waiting, defaults.idle_ttl_ms, grant.text,
+             grant.expires_at * 1000 - now_ms, grant.expires_at * 1000, REGISTRATION_REFRESH_MS,
              defaults.batch, defaults.tick_ms],
         )
         if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
@@ -276,9 +276,9 @@ class QueueStore:
         return _place(reply)
 
     def status(
-        self, target: Target, user_id: int, now_ms: int, candidate: EntryToken, entered_at_ms: int, defaults: Defaults,
+        self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, entered_at_ms: int, defaults: Defaults,
     ) -> Place:
-        """Where `user_id` stands; refreshes their heartbeat, and admits them if the mark has passed their seq.
+        """Where `user_id` stands; refreshes their heartbeat, and admits them (with `grant`) if the mark has passed their seq.
 
         On admission the wait since `entered_at_ms` goes into the target's wait-time histogram.
         """
@@ -287,7 +287,7 @@ class QueueStore:
         return _place(self._guarded(
             self._status,
             [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active],
-            [user_id, now_ms, candidate.text, candidate.expires_at * 1000 - now_ms, candidate.expires_at * 1000,
+            [user_id, now_ms, grant.text, grant.expires_at * 1000 - now_ms, grant.expires_at * 1000,
              wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms],
         ))
 
@@ -475,7 +475,7 @@ def _place(reply: list) -> Place:
         return PreQueued(arrival=int(reply[1]), opens_at_ms=int(reply[2]) if reply[2] else None,
                          created=len(reply) > 3 and reply[3] == 1)
     if kind == "ADMITTED":
-        return Admitted(token=reply[1], issued_now=reply[2] == 1)
+        return Admitted(grant=reply[1], issued_now=reply[2] == 1)
     if kind == "FULL":
         return Full()
     if kind == "CLOSED":

@@ -27,6 +27,7 @@ MAX_TOKEN_CHARS = 512
 _ID = r"[1-9][0-9]{0,17}"
 _HEAD = r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>limited-drop|ticketing-event)\|(?P<target>" + _ID + r")\|(?P<user>" + _ID + r")"
 _ENTRY_PAYLOAD = re.compile(r"et1\|" + _HEAD + r"\|(?P<exp>[1-9][0-9]{0,11})\|(?P<tid>[A-Za-z0-9_-]{22})")
+_GRANT = re.compile(r"(?P<exp>[1-9][0-9]{0,11})\.(?P<tid>[A-Za-z0-9_-]{22})")
 _TICKET_PAYLOAD = re.compile(r"qt1\|" + _HEAD + r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})")
 
 
@@ -42,6 +43,25 @@ class EntryToken:
 
     def grants(self, target: Target, user_id: int) -> bool:
         return self.target == target and self.user_id == user_id
+
+
+@dataclass(frozen=True)
+class EntryGrant:
+    """What queue state keeps of an entry token: its expiry and id. The signer seals the token from it, so a
+    poll passes the script a grant (no signature) and a token is signed only when the answer hands one out."""
+
+    expires_at: int
+    token_id: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.expires_at}.{self.token_id}"
+
+    @classmethod
+    def parse(cls, text: object) -> EntryGrant | None:
+        """The grant `text` spells (as queue state holds it), else None."""
+        match = _GRANT.fullmatch(text) if isinstance(text, str) else None
+        return cls(int(match["exp"]), match["tid"]) if match else None
 
 
 @dataclass(frozen=True)
@@ -99,10 +119,17 @@ class TokenSigner:
         return self._keyring
 
     def mint_entry_token(self, target: Target, user_id: int, now: float, ttl_s: int) -> EntryToken:
-        expires_at = int(now) + ttl_s
-        token_id = _encode(secrets.token_bytes(16))
-        text = self._seal("et1", target.type, target.id, user_id, expires_at, token_id)
-        return EntryToken(text, target, user_id, expires_at, token_id)
+        return self.seal_entry_token(target, user_id, self.grant(now, ttl_s))
+
+    @staticmethod
+    def grant(now: float, ttl_s: int) -> EntryGrant:
+        """A fresh token id with its expiry: the entry token to seal if and when it is handed out."""
+        return EntryGrant(int(now) + ttl_s, _encode(secrets.token_bytes(16)))
+
+    def seal_entry_token(self, target: Target, user_id: int, grant: EntryGrant) -> EntryToken:
+        """The entry token of `grant` for `user_id` of `target`, signed with the active key."""
+        text = self._seal("et1", target.type, target.id, user_id, grant.expires_at, grant.token_id)
+        return EntryToken(text, target, user_id, grant.expires_at, grant.token_id)
 
     def read_entry_token(self, text: object, now: float) -> EntryToken | None:
         """The genuine, unexpired entry token `text` spells, else None."""

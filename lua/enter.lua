@@ -5,7 +5,7 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] seq         counter: source of sequence numbers (pre-queue arrivals take theirs from it too)
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
--- KEYS[5] token       this user's issued entry token (expires with it)
+-- KEYS[5] token       the grant (expiry and id) of this user's issued entry token (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms
@@ -13,12 +13,12 @@
 -- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- ARGV[1] user id   ARGV[2] now (ms)   ARGV[3] default max waiting   ARGV[4] idle TTL (ms)
--- ARGV[5] a freshly minted entry token, stored only if this call admits the user
+-- ARGV[5] a fresh entry token's grant, stored only if this call admits the user
 -- ARGV[6] its TTL (ms)   ARGV[7] its expiry (epoch ms)
 -- ARGV[8] how long a registration is trusted before the next enter registers the target again (ms)
 -- ARGV[9] default batch   ARGV[10] default tick length (ms)
 -- Returns one of:
---   {'ADMITTED', token, issued now (0|1)}
+--   {'ADMITTED', grant, issued now (0|1)}
 --   {'WAITING', seq, users ahead, admissions per second, created (0|1), target needs registering (0|1)}
 --   {'PRE_QUEUE', arrival seq, opens at (ms), created (0|1), target needs registering (0|1)}
 --   {'FULL'}   {'CLOSED'}

@@ -2,7 +2,7 @@
 -- Idempotent.
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
--- KEYS[3] token       this user's issued entry token
+-- KEYS[3] token       the grant of this user's issued entry token
 -- KEYS[4] stats       hash of counters: `left` counts departures
 -- KEYS[5] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[6] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token

@@ -2,18 +2,18 @@
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
--- KEYS[4] token       this user's issued entry token (expires with it)
+-- KEYS[4] token       the grant (expiry and id) of this user's issued entry token (expires with it)
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms; `rate`: admissions per second measured by the pump
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
 -- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms
 -- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[9] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- ARGV[1] user id   ARGV[2] now (ms)
--- ARGV[3] a freshly minted entry token, stored only if this call admits the user   ARGV[4] its TTL (ms)
+-- ARGV[3] a fresh entry token's grant, stored only if this call admits the user   ARGV[4] its TTL (ms)
 -- ARGV[5] its expiry (epoch ms)   ARGV[6] the user's wait so far (ms)   ARGV[7] its histogram bucket
 -- ARGV[8] default batch   ARGV[9] default tick length (ms)
 -- Returns one of:
---   {'ADMITTED', token, issued now (0|1)}
+--   {'ADMITTED', grant, issued now (0|1)}
 --   {'WAITING', seq, users ahead, admissions per second}
 --   {'PRE_QUEUE', arrival seq, opens at (ms)}
 --   {'NOT_IN_QUEUE'}

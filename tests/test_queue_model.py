@@ -33,7 +33,7 @@ from chalicelib.pump import Pump
 from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
-from chalicelib.tokens import TokenSigner
+from chalicelib.tokens import EntryGrant, EntryToken, TokenSigner
 from tests.downstream import Origin
 
 DROP = Target("limited-drop", 42)
@@ -54,7 +54,7 @@ class Model:
         self.line: dict[int, int] = {}
         self.heartbeat: dict[int, int] = {}
         self.mark = 0
-        self.holding: dict[int, str] = {}  # user -> the entry token Redis holds for them
+        self.holding: dict[int, EntryToken] = {}  # user -> the entry token Redis holds for them
         self.registered = False
         self.first_tick: int | None = None
         self.last_tick: int | None = None
@@ -67,7 +67,7 @@ class Model:
     def ahead_of(self, seq: int) -> int:
         return sum(1 for s, _ in self.waiting() if s < seq)
 
-    def collect(self, user: int, token: str) -> None:
+    def collect(self, user: int, token: EntryToken) -> None:
         del self.line[user], self.heartbeat[user]
         self.holding[user] = token
 
@@ -135,7 +135,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert user not in m.line and user not in m.holding and len(m.waiting()) >= CAPACITY
             return
         if user in m.holding:
-            assert (entry.status, entry.entry_token.text) == ("ADMITTED", m.holding[user])
+            assert (entry.status, entry.entry_token) == ("ADMITTED", m.holding[user])
         elif user in m.line and m.line[user] <= m.mark:
             assert entry.status == "ADMITTED" and entry.queue_ticket is None
             self.received_token(user, entry)
@@ -172,7 +172,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert user not in m.line and user not in m.holding, "a user in line was told they are not"
             return
         if user in m.holding:
-            assert (entry.status, entry.entry_token.text) == ("ADMITTED", m.holding[user])
+            assert (entry.status, entry.entry_token) == ("ADMITTED", m.holding[user])
         elif m.line.get(user, m.mark + 1) <= m.mark:
             assert entry.status == "ADMITTED"
             self.received_token(user, entry)
@@ -193,7 +193,7 @@ class QueueMachine(RuleBasedStateMachine):
     def received_token(self, user, entry) -> None:
         assert entry.entry_token.grants(DROP, user)
         assert entry.entry_token.token_id not in {t.token_id for t in self.tokens.values()}, "a token id twice"
-        self.model.collect(user, entry.entry_token.text)
+        self.model.collect(user, entry.entry_token)
         self.tokens[user] = entry.entry_token
 
     # --- the pump and the clock ---
@@ -309,7 +309,9 @@ class QueueMachine(RuleBasedStateMachine):
         assert int(self.client.get(k.mark) or 0) == m.mark
         assert self.client.zcount(k.waiting, f"({m.mark}", "+inf") <= CAPACITY
         for user in self.tickets:
-            assert self.client.get(k.token(user)) == m.holding.get(user), "a held token, or one that should not be"
+            held = m.holding.get(user)
+            grant = held and EntryGrant(held.expires_at, held.token_id).text
+            assert self.client.get(k.token(user)) == grant, "a held token, or one that should not be"
 
     @invariant()
     def admissions_never_exceed_batch_times_ticks(self):

@@ -8,7 +8,7 @@ import pytest
 
 from chalicelib.config import Keyring
 from chalicelib.targets import Target
-from chalicelib.tokens import TokenSigner
+from chalicelib.tokens import EntryGrant, TokenSigner
 
 SECRET_A = "a" * 40
 SECRET_B = "b" * 40
@@ -41,6 +41,13 @@ def test_minted_token_reads_back_with_its_claims(token):
     assert not read.grants(Target("limited-drop", 43), 7)
     assert not read.grants(Target("ticketing-event", 42), 7)
     assert not read.grants(DROP, 8)
+
+
+def test_a_held_grant_seals_the_same_token_again(token):
+    grant = EntryGrant.parse(EntryGrant(token.expires_at, token.token_id).text)
+    assert signer().seal_entry_token(DROP, 7, grant) == token
+    assert EntryGrant.parse(token.text) is None and EntryGrant.parse(None) is None
+    assert EntryGrant.parse(f"0{grant.text}") is None and EntryGrant.parse(f"{grant.text}\n") is None
 
 
 def test_token_ids_are_unique(token):
