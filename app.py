@@ -10,7 +10,7 @@ from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorize
 
 from chalicelib import gate, page, runtime
 from chalicelib.errors import QueueError
-from chalicelib.observability import count, logger, metrics, tracer
+from chalicelib.observability import add_request_keys, close_request_keys, count, logger, metrics, open_request_keys, tracer
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.pump import Pump, ticks_requested
 from chalicelib.target_config import parse_config
@@ -30,10 +30,13 @@ def correlate_logs(request, get_response):
     """Every route logs JSON with the API Gateway request id as correlation id, and nothing of the previous
     request. (Powertools' inject_lambda_context, rebuilt around each request by ConvertToMiddleware, does
     this and adds the Lambda context's fields at several times the cost; the request id already names the
-    invocation.) The request itself is never logged: it carries tickets and tokens."""
-    logger.clear_state()
-    logger.set_correlation_id(request.context.get("requestId"))
-    return get_response(request)
+    invocation.) The keys join a line only when one is written. The request itself is never logged: it
+    carries tickets and tokens."""
+    keys = open_request_keys(correlation_id=request.context.get("requestId"))
+    try:
+        return get_response(request)
+    finally:
+        close_request_keys(keys)
 
 
 # Traced when X-Ray is on.
@@ -68,13 +71,13 @@ def _header(name):
 
 def _target(queue_type, target_id):
     target = parse_target(queue_type, target_id)
-    logger.append_keys(target=str(target))
+    add_request_keys(target=target)
     return target
 
 
 def _user_id():
     user_id = parse_user_id(_header("x-user-id"))
-    logger.append_keys(user_id=user_id)
+    add_request_keys(user_id=user_id)
     return user_id
 
 

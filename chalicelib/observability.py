@@ -4,9 +4,11 @@ Logs are JSON; metrics are CloudWatch EMF in namespace `VirtualQueue`. Never log
 """
 
 import json
+import logging
 import os
 import time
 import warnings
+from contextvars import ContextVar, Token
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,6 +27,38 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 _TRACE_DISABLED = os.environ.get("POWERTOOLS_TRACE_DISABLED", "").lower() in ("1", "y", "yes", "t", "true", "on")
 tracer = None if _TRACE_DISABLED else Tracer(service=SERVICE)
 
+
+# The keys of the request being answered (correlation id, target, user id). Kept aside and added to a record only
+# when a line is written: most requests write none, and Powertools' clear_state and append_keys on every request
+# cost more than the rest of the logging. Per context, so concurrent requests (a threaded local server) keep theirs.
+_REQUEST_KEYS: ContextVar[dict | None] = ContextVar("request_log_keys", default=None)
+
+
+def open_request_keys(**keys: object) -> Token:
+    """Start a request's log keys; hand the result to `close_request_keys` when it is answered."""
+    return _REQUEST_KEYS.set(keys)
+
+
+def close_request_keys(token: Token) -> None:
+    _REQUEST_KEYS.reset(token)
+
+
+def add_request_keys(**keys: object) -> None:
+    """Keys every line the current request writes will carry (nothing outside a request)."""
+    current = _REQUEST_KEYS.get()
+    if current is not None:
+        current.update(keys)
+
+
+class _RequestKeys(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        # A line's own `extra` wins; values are JSON-encoded by Powertools (str() for a Target).
+        for name, value in (_REQUEST_KEYS.get() or {}).items():
+            record.__dict__.setdefault(name, value)
+        return True
+
+
+logger.addFilter(_RequestKeys())
 
 # With a target, a metric is filed both per target and for the whole service, so alarms can watch
 # every target without knowing them (CloudWatch alarms cannot search for dimension values).

@@ -173,6 +173,11 @@ def test_log_lines_carry_the_request_id_target_and_user(env, logged):
     warning = next(r for r in records if r["message"] == "queue state unavailable")
     assert warning["service"] == "virtual-queue" and warning["correlation_id"] == "req-4711"
     assert warning["target"] == "limited-drop:42" and warning["user_id"] == 7
+    from chalicelib.observability import logger
+
+    logger.info("after the request")  # the request's keys stay with its own lines
+    after = json.loads(logged.getvalue().splitlines()[-1])
+    assert after["message"] == "after the request" and not {"correlation_id", "target", "user_id"} & set(after)
 
 
 def test_stats_p95_is_right_within_the_histograms_resolution(room):
