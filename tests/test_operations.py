@@ -156,7 +156,9 @@ def test_log_lines_carry_the_request_id_target_and_user(env, logged):
     from chalice.local import LambdaContext
 
     from app import app
+    from chalicelib.observability import logger
 
+    logger.clear_state()  # what other Lambda functions left in this process's logger
     env(REDIS_URL="redis://127.0.0.1:9")  # the outage warning is the line to look at
     event = {
         "resource": "/virtual-queues/{queue_type}/{target_id}/entries", "httpMethod": "POST",
@@ -173,8 +175,6 @@ def test_log_lines_carry_the_request_id_target_and_user(env, logged):
     warning = next(r for r in records if r["message"] == "queue state unavailable")
     assert warning["service"] == "virtual-queue" and warning["correlation_id"] == "req-4711"
     assert warning["target"] == "limited-drop:42" and warning["user_id"] == 7
-    from chalicelib.observability import logger
-
     logger.info("after the request")  # the request's keys stay with its own lines
     after = json.loads(logged.getvalue().splitlines()[-1])
     assert after["message"] == "after the request" and not {"correlation_id", "target", "user_id"} & set(after)
