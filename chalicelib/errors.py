@@ -61,13 +61,15 @@ class OriginNotConfigured(QueueError):
 
 
 class OriginUnavailable(QueueError):
-    """The downstream did not answer: 504 when it timed out, 502 when it could not be reached."""
+    """The downstream did not answer: 504 when it timed out, 502 when it could not be reached. `sent`: the
+    downstream may have received the whole request (and taken the order)."""
 
     code = "ORIGIN_UNAVAILABLE"
 
-    def __init__(self, detail: str, timed_out: bool) -> None:
+    def __init__(self, detail: str, timed_out: bool, sent: bool = True) -> None:
         super().__init__(detail)
         self.status = 504 if timed_out else 502
+        self.sent = sent
 
 
 class QueueUnavailable(QueueError):

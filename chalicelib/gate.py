@@ -125,10 +125,11 @@ def authorize(signer: TokenSigner, event: object, now: float, queue_enabled: Que
     token = check_entry(signer, target, token_header, user_header, now)
     if token is None:
         user_id = caller_id(user_header)
-        if queue_enabled(target, user_id):
+        # Without a well-formed user id the flag cannot tell (a percentage rollout goes by user): the route needs one anyway.
+        if user_id is None or queue_enabled(target, user_id):
             return _deny(method_arn, target)
-        context = {"userId": str(user_id or ""), "targetType": target.type, "targetId": str(target.id), "tokenId": ""}
-        return Verdict(_policy(str(user_id or "anonymous"), "Allow", method_arn, context), True, target)
+        context = {"userId": str(user_id), "targetType": target.type, "targetId": str(target.id), "tokenId": ""}
+        return Verdict(_policy(str(user_id), "Allow", method_arn, context), True, target)
     context = {
         "userId": str(token.user_id),
         "targetType": target.type,

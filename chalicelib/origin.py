@@ -1,4 +1,10 @@
-"""The downstream purchase API (the origin): one POST, passed on as it is, with a short timeout."""
+"""The downstream purchase API (the origin): one POST, passed on as it is, with a short timeout.
+
+The exactly-once contract with origins: every forwarded purchase carries `Idempotency-Key: <entry token id>`;
+the same key may arrive again (a retry after a timeout or a 5xx) and must get the first outcome again, never a
+second order. An origin that did not take an order and kept nothing under its key may say so with
+`X-Queue-Not-Taken: true` on a non-2xx answer: the entry token is then given back.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from dataclasses import dataclass
 
 from chalicelib.errors import OriginUnavailable
 
+NOT_TAKEN_HEADER = "X-Queue-Not-Taken"
+
 
 @dataclass(frozen=True)
 class OriginAnswer:
@@ -17,6 +25,8 @@ class OriginAnswer:
     status: int
     body: bytes
     content_type: str | None
+    # The origin says it did not take the order (a non-2xx answer with X-Queue-Not-Taken: true).
+    not_taken: bool = False
 
     @property
     def text(self) -> str:
@@ -36,7 +46,8 @@ _opener = urllib.request.build_opener(_NoRedirect)
 def forward(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> OriginAnswer:
     """POST `body` with `headers` to `url` and return the answer, whatever its status.
 
-    Raises OriginUnavailable when no answer came: timed out (504) or unreachable (502).
+    Raises OriginUnavailable when no answer came: timed out (504) or unreachable (502), with `sent` telling
+    whether the origin may have received the whole request (and so may have taken the order).
     """
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
@@ -46,7 +57,15 @@ def forward(url: str, body: bytes, headers: dict[str, str], timeout_s: float) ->
             # 3xx, 4xx and 5xx arrive as HTTPError; they are answers all the same.
             response = answer
         with response:
-            return OriginAnswer(response.status, response.read(), response.headers.get("Content-Type"))
+            status, text = response.status, response.read()
+    except urllib.error.URLError as err:
+        # urllib raises URLError only while connecting or sending: the origin never had the whole request.
+        raise OriginUnavailable("the purchase service could not be reached; try again", _timed_out(err), sent=False) from None
     except (OSError, http.client.HTTPException) as err:
-        timed_out = isinstance(err, TimeoutError) or isinstance(getattr(err, "reason", None), TimeoutError)
-        raise OriginUnavailable("the purchase service did not answer; try again", timed_out) from None
+        raise OriginUnavailable("the purchase service did not answer; try again", _timed_out(err), sent=True) from None
+    not_taken = not 200 <= status < 300 and (response.headers.get(NOT_TAKEN_HEADER) or "").strip().lower() == "true"
+    return OriginAnswer(status, text, response.headers.get("Content-Type"), not_taken)
+
+
+def _timed_out(err: BaseException) -> bool:
+    return isinstance(err, TimeoutError) or isinstance(getattr(err, "reason", None), TimeoutError)

@@ -121,7 +121,7 @@ class Pump:
         try:
             if not self._hold_lock():
                 return TickReport(held_lock=False, targets={}, errors=0)
-            nonces = self.store.registered_targets()
+            nonces = self.store.registered_targets(self.rules.idle_ttl_ms)
             results = self.store.admit_and_evict_all(list(nonces), self.rules)
         except Exception:
             # Never crash: a dead Redis or a bug costs this tick, and the next tick tries again.

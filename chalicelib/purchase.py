@@ -1,11 +1,17 @@
-"""The purchase gate: an entry token buys once, and a purchase the downstream fails gives the token back.
+"""The purchase gate: an entry token buys once, and the shop holds exactly one order per token.
+
+Every forwarded purchase carries `Idempotency-Key: <token id>` (see origin.py for the contract with origins).
+The token is given back only when the shop certainly did not take the order: nothing was sent, or the shop
+said so (`X-Queue-Not-Taken`). After a timeout or a 5xx the outcome is unknown: the token stays used, and a
+retry with it while it is valid is forwarded again under the same key, so the shop answers the first outcome.
 
 Knows nothing of Chalice or of Redis keys: verification is `gate.check_entry`, the one-time marker is
-`QueueStore.consume` / `restore`, the downstream call is `origin.forward`.
+`QueueStore.consume` / `restore` / `mark_unknown`, the downstream call is `origin.forward`.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 import uuid
@@ -14,15 +20,19 @@ from typing import Any, Callable, Mapping, NoReturn
 
 from chalicelib.config import Settings
 from chalicelib.errors import (
-    EntryTokenUsed, OriginNotConfigured, OriginUnavailable, QueueBypassDenied, QueueUnavailable,
+    EntryTokenUsed, InvalidArgument, OriginNotConfigured, OriginUnavailable, QueueBypassDenied, QueueUnavailable,
 )
 from chalicelib.flags import QueueSwitch
-from chalicelib.gate import caller_id, check_entry, context_agrees, purchase_path, route_target
+from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
 from chalicelib.observability import count, logger
 from chalicelib.origin import OriginAnswer, forward
-from chalicelib.store import QueueStore, StoreUnavailable
-from chalicelib.targets import Target
+from chalicelib.outage import OutageLedger
+from chalicelib.store import Consumption, QueueStore, StoreFull, StoreUnavailable
+from chalicelib.targets import Target, parse_user_id
 from chalicelib.tokens import EntryToken, TokenSigner
+
+# What can be passed on as a header: visible ASCII (http.client refuses anything else, after the token was used).
+_CONTENT_TYPE = re.compile(r"[\x20-\x7e]{1,255}")
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,17 @@ class PurchaseRequest:
     body: bytes
     content_type: str | None
     request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Use:
+    """One purchase's use of a token: `retry` takes over an earlier use of unknown outcome; `recorded` in Redis,
+    else in this container's outage ledger."""
+
+    token: EntryToken
+    consumption_id: str
+    retry: bool
+    recorded: bool
 
 
 class PurchaseGate:
@@ -57,43 +78,45 @@ class PurchaseGate:
             "ticketing-event": settings.origin_ticketing_url,
         }
         self.timeout_s = settings.origin_timeout_ms / 1000
+        self.outage = OutageLedger()
 
     def purchase(self, request: PurchaseRequest) -> OriginAnswer:
         """Verify the entry token, use it up, forward the purchase, and answer what the downstream answered.
 
-        Raises QueueBypassDenied (no valid token for this target and user), EntryTokenUsed (already bought),
-        OriginNotConfigured, OriginUnavailable, QueueUnavailable (Redis down and VQ_FAIL_MODE=closed).
-        A downstream 5xx or silence gives the token back. While the queue is switched off for the caller,
-        a purchase without a valid token goes straight through.
+        Raises InvalidArgument (a malformed X-User-Id or Content-Type), QueueBypassDenied (no valid token for
+        this target and user, or one revoked by leaving), EntryTokenUsed (already bought), OriginNotConfigured,
+        OriginUnavailable, QueueUnavailable (Redis out of memory, or down and VQ_FAIL_MODE=closed). While the
+        queue is switched off for the caller, a purchase without a valid token goes straight through.
         """
         now = self.clock()
+        # Bad input is refused before anything is used up.
+        user_id = parse_user_id(request.user_id if isinstance(request.user_id, str) else None)
+        if request.content_type is not None and not _CONTENT_TYPE.fullmatch(request.content_type):
+            raise InvalidArgument("Content-Type must be 1 to 255 visible ASCII characters")
         target = route_target(request.target_type, request.target_id)
         token = None if target is None else check_entry(self.signer, target, request.entry_token, request.user_id, now)
         if token is None:
-            user_id = caller_id(request.user_id)
             if target is not None and not self.switch.queue_enabled(target, user_id):
-                return self._forward(target, request, user_id)
+                return self._forward(target, request, user_id, None)
             self._deny(target)
         # Defence in depth: an authorizer's Allow must describe this very token, user and target.
         if request.authorizer is not None and not context_agrees(request.authorizer, token):
             self._deny(target)
         self._origin(target)  # before consuming, so a missing downstream leaves the token unused
-        consumption_id = secrets.token_urlsafe(16)
-        recorded = self._consume(token, consumption_id, now)
+        use = self._use(token, now)
         try:
-            answer = self._forward(target, request, token.user_id)
-        except OriginUnavailable:
-            if recorded:
-                self._restore(token, consumption_id)
+            answer = self._forward(target, request, token.user_id, token.token_id)
+        except OriginUnavailable as err:
+            self._settle(use, not_taken=not err.sent)
             raise
-        if answer.status >= 500 and recorded:
-            self._restore(token, consumption_id)
+        if answer.not_taken or answer.status >= 500:
+            self._settle(use, not_taken=answer.not_taken)
         return answer
 
-    def _deny(self, target: Target | None) -> NoReturn:
+    def _deny(self, target: Target | None, detail: str = "a valid entry token for this target and user is required") -> NoReturn:
         count("BypassDenied", target)
         logger.info("purchase denied", extra={"target": str(target) if target else None})
-        raise QueueBypassDenied("a valid entry token for this target and user is required")
+        raise QueueBypassDenied(detail)
 
     def _origin(self, target: Target) -> str:
         origin = self.origins[target.type]
@@ -101,37 +124,81 @@ class PurchaseGate:
             raise OriginNotConfigured(f"no downstream is configured for {target.type} purchases")
         return origin
 
-    def _forward(self, target: Target, request: PurchaseRequest, user_id: int | None) -> OriginAnswer:
-        headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex}
-        if user_id is not None:
-            headers["X-User-Id"] = str(user_id)
+    def _forward(self, target: Target, request: PurchaseRequest, user_id: int, idempotency_key: str | None) -> OriginAnswer:
+        headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex, "X-User-Id": str(user_id)}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
         if request.content_type:
             headers["Content-Type"] = request.content_type
         return forward(self._origin(target) + purchase_path(target), request.body, headers, self.timeout_s)
 
-    def _consume(self, token: EntryToken, consumption_id: str, now: float) -> bool:
-        """True once the token is marked used; False if Redis cannot answer and the signature alone must do."""
-        try:
-            # The marker lives exactly as long as the token, so it never outlives the need for it.
-            first_use = self.store.consume(token, consumption_id, int(now * 1000))
-        except StoreUnavailable as err:
-            count("RedisDegraded", token.target)
-            logger.warning("queue state unavailable at purchase",
-                           extra={"target": str(token.target), "reason": str(err)})
-            if not self.settings.fail_open:
-                raise QueueUnavailable(self.settings.retry_after_s) from None
-            return False
-        if not first_use:
+    def _use(self, token: EntryToken, now: float) -> _Use:
+        """Mark `token` used (or take over a use of unknown outcome); in the outage ledger if Redis cannot answer."""
+        consumption_id = secrets.token_urlsafe(16)
+        if self.outage.holds(token):
             raise EntryTokenUsed("this entry token has already bought once")
-        count("TokensConsumed", token.target)
-        return True
-
-    def _restore(self, token: EntryToken, consumption_id: str) -> None:
         try:
-            restored = self.store.restore(token, consumption_id)
+            consumption = self.store.consume(token, consumption_id, int(now * 1000))
+        except StoreFull as err:
+            # Full is not down: without a marker there is no purchase.
+            count("RedisOutOfMemory", token.target)
+            logger.error("queue state is out of memory at purchase", extra={"target": str(token.target), "reason": str(err)[:200]})
+            raise QueueUnavailable(self.settings.retry_after_s) from None
         except StoreUnavailable as err:
-            count("RedisDegraded", token.target)
-            logger.warning("entry token not given back", extra={"target": str(token.target), "reason": str(err)})
+            return self._use_unrecorded(token, consumption_id, now, err)
+        if consumption == Consumption.REVOKED:
+            self._deny(token.target, "this entry token was given up when its holder left the queue")
+        if consumption == Consumption.USED:
+            raise EntryTokenUsed("this entry token has already bought once")
+        if consumption == Consumption.FIRST:
+            count("TokensConsumed", token.target)
+        self._write_back(now)
+        return _Use(token, consumption_id, retry=consumption == Consumption.RETRY, recorded=True)
+
+    def _use_unrecorded(self, token: EntryToken, consumption_id: str, now: float, err: StoreUnavailable) -> _Use:
+        count("RedisDegraded", token.target)
+        logger.warning("queue state unavailable at purchase", extra={"target": str(token.target), "reason": str(err)})
+        if not self.settings.fail_open:
+            raise QueueUnavailable(self.settings.retry_after_s) from None
+        if not self.outage.take(token, now):
+            raise EntryTokenUsed("this entry token has already bought once")
+        count("PurchaseUnrecorded", token.target)
+        # The token id names the purchase (it is the Idempotency-Key the shop got); the token itself is never logged.
+        logger.warning("purchase not recorded in queue state; written back when Redis answers",
+                       extra={"target": str(token.target), "token_id": token.token_id})
+        return _Use(token, consumption_id, retry=False, recorded=False)
+
+    def _write_back(self, now: float) -> None:
+        """Redis answers again: record the purchases this container let through without it."""
+        uses = self.outage.unrecorded()
+        if not uses:
             return
-        if restored:
-            count("TokensRestored", token.target)
+        try:
+            self.store.write_back(uses, int(now * 1000))
+        except StoreUnavailable as err:
+            logger.warning("outage purchases not written back yet", extra={"count": len(uses), "reason": str(err)})
+            return
+        self.outage.recorded(uses)
+        logger.info("outage purchases written back", extra={"token_ids": [token.token_id for token, _ in uses]})
+
+    def _settle(self, use: _Use, not_taken: bool) -> None:
+        """The purchase got no answer the token can stand by: give the token back if the shop certainly did not
+        take the order (a retry goes back to unknown), else record the outcome as unknown."""
+        give_back = not_taken and not use.retry
+        if not use.recorded:
+            if give_back:
+                self.outage.give_back(use.token)
+            else:
+                self.outage.outcome_unknown(use.token)
+            return
+        try:
+            if give_back:
+                settled = self.store.restore(use.token, use.consumption_id)
+            else:
+                settled = self.store.mark_unknown(use.token, use.consumption_id)
+        except StoreUnavailable as err:
+            count("RedisDegraded", use.token.target)
+            logger.warning("purchase outcome not recorded", extra={"target": str(use.token.target), "reason": str(err)})
+            return
+        if settled:
+            count("TokensRestored" if give_back else "PurchaseOutcomeUnknown", use.token.target)

@@ -15,7 +15,9 @@ from chalicelib.config import Settings
 from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueUnavailable
 from chalicelib.flags import QueueSwitch
 from chalicelib.observability import count, logger
-from chalicelib.store import Admitted, Closed, Defaults, Full, Place, PreQueued, QueueStore, StoreUnavailable, Waiting
+from chalicelib.store import (
+    Admitted, Closed, Defaults, Full, OtherEntry, Place, PreQueued, QueueStore, StoreFull, StoreUnavailable, Waiting,
+)
 from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner
@@ -81,6 +83,8 @@ class WaitingRoom:
             return self._direct(target, user_id, now)
         try:
             place = self.store.enter(target, user_id, int(now * 1000), self._grant(now), self.defaults)
+        except StoreFull as err:
+            raise self._full(target, err) from None
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
         if isinstance(place, Full):
@@ -103,23 +107,28 @@ class WaitingRoom:
             return self._direct(target, user_id, now)
         try:
             place = self.store.status(
-                target, user_id, int(now * 1000), self._grant(now), ticket.entered_at_ms,
-                self.defaults,
+                target, user_id, int(now * 1000), self._grant(now), ticket, self.defaults,
             )
+        except StoreFull as err:
+            raise self._full(target, err) from None
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
+        if isinstance(place, OtherEntry):
+            raise _other_entry()
         if isinstance(place, Admitted) and place.issued_now:
             count("TokensIssued", target)
             count("WaitSeconds", target, max(0.0, now - ticket.entered_at_ms / 1000), MetricUnit.Seconds)
         return self._answer(target, user_id, place, now)
 
     def leave(self, target: Target, user_id: int, ticket_text: str | None) -> None:
-        """Give up one's place (and any entry token). Leaving twice is fine."""
-        self._check_ticket(target, user_id, ticket_text)
+        """Give up one's place, and revoke an entry token held unused. Leaving twice is fine."""
+        ticket = self._check_ticket(target, user_id, ticket_text)
         try:
-            self.store.leave(target, user_id)
+            left = self.store.leave(target, user_id, ticket.seq, int(self.clock() * 1000))
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
+        if isinstance(left, OtherEntry):
+            raise _other_entry()
 
     def stats(self, target: Target) -> dict:
         """Live figures of one line for operators (`GET .../stats`), beside the configuration in force."""
@@ -199,8 +208,16 @@ class WaitingRoom:
         count("RedisDegraded", target)
         logger.warning("queue state unavailable", extra={"target": str(target), "reason": str(err)})
 
+    def _full(self, target: Target, err: StoreFull) -> QueueUnavailable:
+        """Redis is out of memory: refuse, never let in (and the breaker does not count it as an outage)."""
+        count("RedisOutOfMemory", target)
+        logger.error("queue state is out of memory; refusing", extra={"target": str(target), "reason": str(err)[:200]})
+        return QueueUnavailable(self.settings.retry_after_s)
+
     def _unavailable(self, target: Target, err: StoreUnavailable) -> QueueUnavailable:
         """Record the outage and answer the 503 for a call that cannot fail open."""
+        if isinstance(err, StoreFull):
+            return self._full(target, err)
         self._record_degraded(target, err)
         return QueueUnavailable(self.settings.retry_after_s)
 
@@ -217,6 +234,10 @@ class WaitingRoom:
         if isinstance(place, PreQueued):
             return QueueEntry("PRE_QUEUE", opens_at_ms=place.opens_at_ms)
         raise NotInQueue("not in this queue; enter again")
+
+
+def _other_entry() -> InvalidQueueTicket:
+    return InvalidQueueTicket("this queue ticket is of an earlier entry; use the ticket of your latest entry")
 
 
 def _rounded(value: float | None) -> float | None:

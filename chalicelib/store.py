@@ -25,7 +25,7 @@ from chalicelib.errors import QueueError
 from chalicelib.observability import logger
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target, parse_target
-from chalicelib.tokens import EntryGrant, EntryToken
+from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket
 
 # Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
@@ -35,16 +35,37 @@ T = TypeVar("T")
 
 # How long enter trusts a target's registration before refreshing it (heals a registration lost to a fault).
 REGISTRATION_REFRESH_MS = 60_000
+# How long a token's one-time marker (and a revocation) outlives the token. A token's expiry is judged by the
+# clock of whichever function reads it, the marker's TTL by Redis: the margin covers clocks apart by that much
+# and a purchase that was verified in time but reaches Redis late.
+CLOCK_SKEW_MARGIN_MS = 60_000
+
+
+class Consumption:
+    """What consume.lua made of a purchase's use of a token."""
+
+    FIRST = "FIRST"  # this purchase used the token
+    RETRY = "RETRY"  # an earlier purchase's outcome was unknown: this one forwards it again, under the same key
+    USED = "USED"
+    REVOKED = "REVOKED"  # its holder left the queue
 
 
 class StoreUnavailable(Exception):
     """Queue state cannot be read or written now: Redis failed, or the circuit breaker is skipping it."""
 
 
+class StoreFull(StoreUnavailable):
+    """Redis is out of memory (`noeviction`): it reads, but refuses writes. Full, not down: nobody is let in."""
+
+
 class Breaker(pybreaker.CircuitBreaker):
     """pybreaker's circuit breaker without its lock around the whole guarded call: with that lock, concurrent
     calls (a threaded server) wait for each other's timeouts one after another, far past the timeout budget.
-    State changes keep their own locks; at worst a few concurrent calls make the half-open trial together."""
+    State changes keep their own locks; at worst a few concurrent calls make the half-open trial together.
+    Out of memory is an answer, not an outage: it never opens the breaker."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, exclude=[redis.OutOfMemoryError], **kwargs)
 
     def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return self.state.call(func, *args, **kwargs)
@@ -146,7 +167,11 @@ class Gone:
     """Neither in line nor holding a live token."""
 
 
-Place = Union[Waiting, PreQueued, Admitted, Full, Closed, Gone]
+class OtherEntry:
+    """The ticket is of an earlier entry of this user, not of their current one."""
+
+
+Place = Union[Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry]
 
 
 @dataclass(frozen=True)
@@ -224,6 +249,7 @@ class QueueKeys:
         self.stats = f"{self.base}:stats"
         self.waits = f"{self.base}:waits"
         self.admissions = f"{self.base}:admissions"
+        self.revoked = f"{self.base}:revoked"
 
     def token(self, user_id: int) -> str:
         return f"{self.base}:token:{user_id}"
@@ -272,47 +298,77 @@ class QueueStore:
              defaults.batch, defaults.tick_ms],
         )
         if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
-            self._register(target)
+            self._register(target, defaults.idle_ttl_ms)
         return _place(reply)
 
     def status(
-        self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, entered_at_ms: int, defaults: Defaults,
+        self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, ticket: QueueTicket, defaults: Defaults,
     ) -> Place:
-        """Where `user_id` stands; refreshes their heartbeat, and admits them (with `grant`) if the mark has passed their seq.
+        """Where the entry `ticket` names stands; refreshes its heartbeat, and admits it (with `grant`) if the mark
+        has passed its seq.
 
-        On admission the wait since `entered_at_ms` goes into the target's wait-time histogram.
+        On admission the wait since the ticket's entry goes into the target's wait-time histogram.
         """
         k = self.keys(target)
-        wait_ms = max(0, now_ms - entered_at_ms)
+        wait_ms = max(0, now_ms - ticket.entered_at_ms)
         return _place(self._guarded(
             self._status,
-            [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active],
+            [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active,
+             k.draw],
             [user_id, now_ms, grant.text, grant.expires_at * 1000 - now_ms, grant.expires_at * 1000,
-             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms],
+             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms, ticket.seq],
         ))
 
-    def leave(self, target: Target, user_id: int) -> bool:
-        """Take `user_id` out of line (or the pre-queue); True if they were in it."""
+    def leave(self, target: Target, user_id: int, entry: int, now_ms: int) -> bool | OtherEntry:
+        """Take `user_id`'s entry numbered `entry` (its ticket's seq) out of line (or the pre-queue), revoking an
+        entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
+        their current entry."""
         k = self.keys(target)
-        return bool(self._guarded(
-            self._leave, [k.waiting, k.heartbeat, k.token(user_id), k.stats, k.prequeue, k.active], [user_id],
-        ))
+        left = self._guarded(
+            self._leave, [k.waiting, k.heartbeat, k.token(user_id), k.stats, k.prequeue, k.active, k.revoked, k.draw],
+            [user_id, entry, now_ms, CLOCK_SKEW_MARGIN_MS],
+        )
+        return OtherEntry() if left == -1 else left == 1
 
-    def consume(self, token: EntryToken, consumption_id: str, now_ms: int) -> bool:
-        """Mark `token` used for the rest of its lifetime; False if it already was."""
+    def consume(self, token: EntryToken, consumption_id: str, now_ms: int) -> str:
+        """Use `token` for a purchase: a `Consumption`. The marker lives the token's life and the clock-skew margin."""
         k = self.keys(token.target)
-        ttl_ms = max(1, token.expires_at * 1000 - now_ms)
-        return bool(self._guarded(
-            self._consume, [k.consumed(token.token_id), k.active], [consumption_id, ttl_ms, token.user_id],
-        ))
+        ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
+        return self._guarded(
+            self._consume, [k.consumed(token.token_id), k.active, k.revoked],
+            [consumption_id, ttl_ms, token.user_id, token.token_id],
+        )
 
     def restore(self, token: EntryToken, consumption_id: str) -> bool:
-        """Undo consumption `consumption_id` of `token`; False if the token expired or was used again since."""
+        """Undo consumption `consumption_id` of `token` (the shop certainly did not take the order); False if the
+        token expired or was used again since."""
+        return self._settle(token, consumption_id, "unused")
+
+    def mark_unknown(self, token: EntryToken, consumption_id: str) -> bool:
+        """Record that consumption `consumption_id` of `token` has no certain outcome: the token stays used, and a
+        later purchase with it is forwarded again under the same Idempotency-Key."""
+        return self._settle(token, consumption_id, "unknown")
+
+    def _settle(self, token: EntryToken, consumption_id: str, outcome: str) -> bool:
         k = self.keys(token.target)
         return bool(self._guarded(
             self._restore, [k.consumed(token.token_id), k.active],
-            [consumption_id, token.user_id, token.expires_at * 1000],
+            [consumption_id, token.user_id, token.expires_at * 1000, outcome],
         ))
+
+    def write_back(self, used: Sequence[tuple[EntryToken, bool]], now_ms: int) -> None:
+        """Record purchases made while Redis was unreachable: each (token, outcome known) becomes a one-time
+        marker, 'unknown' unless the outcome was known. A marker already there stands."""
+
+        def send() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            for token, known in used:
+                ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
+                marker = "written-back" if known else "unknown"
+                pipe.set(self.keys(token.target).consumed(token.token_id), marker, nx=True, px=ttl_ms)
+            pipe.execute()
+
+        self._guarded(send)
 
     def stats(self, target: Target, now_ms: int) -> QueueFigures:
         """The target's counters, in one round trip."""
@@ -343,7 +399,7 @@ class QueueStore:
     def begin_draw(self, target: Target, fresh_seed: str) -> tuple[str, bool]:
         """The seed of the target's opening draw (`fresh_seed` unless one was begun already), and whether it is done."""
         k = self.keys(target)
-        seed, done = self._draw_begin([k.draw, k.config], [fresh_seed])
+        seed, done = self._draw_begin([k.draw, k.config, k.prequeue], [fresh_seed])
         return seed, done == 1
 
     def pre_queue(self, target: Target) -> list[tuple[str, int]]:
@@ -365,15 +421,20 @@ class QueueStore:
         """One client-facing Redis call through the circuit breaker; any Redis failure is StoreUnavailable."""
         try:
             return self.breaker.call(call, *args)
+        except redis.OutOfMemoryError as err:
+            raise StoreFull(str(err)) from err
         except (*REDIS_FAILURES, pybreaker.CircuitBreakerError) as err:
             raise StoreUnavailable(type(err).__name__) from err
 
-    def _register(self, target: Target) -> None:
+    def _register(self, target: Target, idle_ttl_ms: int) -> None:
         # The registry lives in another slot, so enter.lua cannot write it: this second round trip happens
         # once per REGISTRATION_REFRESH_MS per target. The random score lets the pump drop an idle target
-        # only if nobody registered it again in between.
+        # only if nobody registered it again in between. Like the queues, the registry expires unless used.
         try:
-            self.client.zadd(self.targets_key, {str(target): random.getrandbits(52)})
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zadd(self.targets_key, {str(target): random.getrandbits(52)})
+            pipe.pexpire(self.targets_key, idle_ttl_ms)
+            pipe.execute()
         except REDIS_FAILURES:
             # The user is in line all the same; an enter after the registration lapses registers again.
             logger.warning("target registration failed", extra={"target": str(target)})
@@ -382,10 +443,15 @@ class QueueStore:
         """The one pump lock (redis-py's Lock: SET NX PX with an owner token; only the owner extends or releases)."""
         return self.client.lock(self.pump_lock_key, timeout=lease_ms / 1000, blocking=False, thread_local=False)
 
-    def registered_targets(self) -> dict[Target, int]:
-        """Every target the pump visits, with the nonce of its registration (see `forget_targets`)."""
+    def registered_targets(self, idle_ttl_ms: int | None = None) -> dict[Target, int]:
+        """Every target the pump visits, with the nonce of its registration (see `forget_targets`); with
+        `idle_ttl_ms`, the registry's sliding TTL is refreshed in the same round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(self.targets_key, 0, -1, withscores=True)
+        if idle_ttl_ms is not None:
+            pipe.pexpire(self.targets_key, idle_ttl_ms)
         targets = {}
-        for member, nonce in self.client.zrange(self.targets_key, 0, -1, withscores=True):
+        for member, nonce in pipe.execute()[0]:
             type_, _, target_id = member.partition(":")
             try:
                 targets[parse_target(type_, target_id)] = int(nonce)
@@ -475,9 +541,12 @@ def _place(reply: list) -> Place:
         return PreQueued(arrival=int(reply[1]), opens_at_ms=int(reply[2]) if reply[2] else None,
                          created=len(reply) > 3 and reply[3] == 1)
     if kind == "ADMITTED":
-        return Admitted(grant=reply[1], issued_now=reply[2] == 1)
+        # '<entry number> <grant>'
+        return Admitted(grant=reply[1].split(" ")[-1], issued_now=reply[2] == 1)
     if kind == "FULL":
         return Full()
     if kind == "CLOSED":
         return Closed()
+    if kind == "OTHER_ENTRY":
+        return OtherEntry()
     return Gone()

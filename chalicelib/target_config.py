@@ -70,6 +70,8 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
         body = json.loads(raw_body)
     except (ValueError, UnicodeDecodeError):
         raise InvalidArgument("the body is not valid JSON") from None
+    except RecursionError:
+        raise InvalidArgument("the body is nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidArgument("the body must be a JSON object")
     unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES))

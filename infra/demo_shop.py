@@ -5,6 +5,10 @@ It serves the purchase paths the gate forwards to. Each drop or event (one path,
 `POST` answers 201 `{"orderId", ...}`, or 409 `{"code": "SOLD_OUT" | "ALREADY_ORDERED"}`, or 400 without
 a valid `X-User-Id` (the gate sets it). `GET /orders` lists the orders, the stock left, and each purchase
 request's arrival time and user (what the simulator measures the shop's load and double purchases by).
+
+Like a real shop API it honours `Idempotency-Key` (the gate sends the entry token's id): the first outcome
+under a key (an order, or a refusal for stock) is kept and answered again to every request with that key,
+which never makes a second order; a key sent again for another item or user answers 422. A 400 keeps nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class DemoShop:
         self._sold: dict[str, int] = {}
         self._refused: dict[str, int] = {"SOLD_OUT": 0, "ALREADY_ORDERED": 0}
         self._requests: list[dict] = []
+        self._outcomes: dict[str, tuple[str, int, int, dict]] = {}  # Idempotency-Key -> item, user, status, body
+        self.replayed = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -44,21 +50,35 @@ class DemoShop:
         self.server.shutdown()
         self.server.server_close()
 
-    def order(self, item: str, user_id: int) -> tuple[int, dict]:
-        """Take one unit of `item` for `user_id`: (201, the order) or (409, why not)."""
+    def order(self, item: str, user_id: int, key: str | None = None) -> tuple[int, dict]:
+        """Take one unit of `item` for `user_id`: (201, the order) or (409, why not); under an idempotency `key`,
+        the first outcome again (or 422 if the key was used for another item or user)."""
         with self._lock:
             self._requests.append({"at": time.time(), "userId": user_id})
-            if (item, user_id) in self._buyers:
-                return self._refuse("ALREADY_ORDERED", "this user has already ordered this item")
-            sold = self._sold.get(item, 0)
-            if sold >= self.stock:
-                return self._refuse("SOLD_OUT", "sold out")
-            self._sold[item] = sold + 1
-            self._buyers.add((item, user_id))
-            order = {"orderId": len(self._orders) + 1, "item": item, "userId": user_id,
-                     "left": self.stock - sold - 1, "at": time.time()}
-            self._orders.append(order)
-            return 201, order
+            if key is not None and key in self._outcomes:
+                first_item, first_user, status, body = self._outcomes[key]
+                if (first_item, first_user) != (item, user_id):
+                    return 422, {"code": "IDEMPOTENCY_KEY_REUSED", "detail": "this key was used for another order"}
+                self.replayed += 1
+                return status, body
+            status, body = self._take(item, user_id)
+            if key is not None:
+                self._outcomes[key] = (item, user_id, status, body)
+            return status, body
+
+    def _take(self, item: str, user_id: int) -> tuple[int, dict]:
+        """One unit of `item` for `user_id`, under the lock."""
+        if (item, user_id) in self._buyers:
+            return self._refuse("ALREADY_ORDERED", "this user has already ordered this item")
+        sold = self._sold.get(item, 0)
+        if sold >= self.stock:
+            return self._refuse("SOLD_OUT", "sold out")
+        self._sold[item] = sold + 1
+        self._buyers.add((item, user_id))
+        order = {"orderId": len(self._orders) + 1, "item": item, "userId": user_id,
+                 "left": self.stock - sold - 1, "at": time.time()}
+        self._orders.append(order)
+        return 201, order
 
     def summary(self) -> dict:
         """Orders, stock left per item, refusals, and every purchase request (when, from whom)."""
@@ -68,6 +88,7 @@ class DemoShop:
                 "left": {item: self.stock - sold for item, sold in self._sold.items()},
                 "orders": list(self._orders),
                 "refused": dict(self._refused),
+                "replayed": self.replayed,
                 "requests": list(self._requests),
             }
 
@@ -86,7 +107,7 @@ def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
             elif not USER_ID.fullmatch(user):
                 self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "X-User-Id must be a positive integer"})
             else:
-                self._answer(*shop.order(self.path, int(user)))
+                self._answer(*shop.order(self.path, int(user), self.headers.get("Idempotency-Key")))
 
         def do_GET(self) -> None:
             if self.path.split("?")[0] == "/orders":

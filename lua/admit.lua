@@ -33,6 +33,13 @@ if last and tick * tick_ms <= last then
 end
 
 local idle = ARGV[4]
+-- Sliding TTL: a queue the pump still visits stays alive (its configuration is the operator's to keep).
+local function keep_alive()
+  for _, i in ipairs({1, 2, 3, 4, 6, 7, 8, 10, 11, 12}) do
+    redis.call('PEXPIRE', KEYS[i], idle)
+  end
+end
+
 -- At opening, nobody is admitted until the pre-queue has been placed in line (the pump's draw). The tick
 -- counts as applied, so the line starts at the configured rate rather than catching up on the wait.
 local opens_at = tonumber(config[4])
@@ -40,6 +47,7 @@ if opens_at and now >= opens_at then
   local draw = redis.call('HMGET', KEYS[11], 'opens_at_ms', 'state')
   if draw[1] ~= config[4] or draw[2] ~= 'done' then
     redis.call('SET', KEYS[5], tick * tick_ms, 'PX', idle)
+    keep_alive()
     return {tick, 0, tonumber(mark), waiting, now, 1, unpack(settings)}
   end
 end
@@ -93,8 +101,5 @@ else
   redis.call('HDEL', KEYS[6], 'rate')
 end
 
--- Sliding TTL: a queue the pump still visits stays alive (its configuration is the operator's to keep).
-for _, i in ipairs({1, 2, 3, 4, 6, 7, 8, 10, 11, 12}) do
-  redis.call('PEXPIRE', KEYS[i], idle)
-end
+keep_alive()
 return {tick, admitted, tonumber(mark), waiting - admitted, now, 0, unpack(settings)}

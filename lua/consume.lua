@@ -1,11 +1,21 @@
 -- consume.lua: use an entry token once. Exactly one of any number of concurrent calls succeeds.
--- KEYS[1] consumed   this token id's one-time marker (lives as long as the token itself)
+-- KEYS[1] consumed   this token id's one-time marker: the id of the consumption holding it, or 'unknown' once a
+--                    forwarded purchase had no certain outcome (lives the token's life plus a clock-skew margin)
 -- KEYS[2] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token (for maxActive)
--- ARGV[1] a fresh consumption id, so only this consumption can restore the token
--- ARGV[2] the token's remaining lifetime (ms)   ARGV[3] the token's user id
--- Returns 1 if this call consumed the token, 0 if it was already used.
+-- KEYS[3] revoked    zset: token id -> until when (ms) it stays refused; tokens given up by a leaving holder
+-- ARGV[1] a fresh consumption id, so only this consumption can settle or restore the token
+-- ARGV[2] the marker's TTL (ms)   ARGV[3] the token's user id   ARGV[4] the token id
+-- Returns 'FIRST' (this call consumed the token), 'RETRY' (it takes over a purchase of unknown outcome, to be
+-- forwarded again under the same Idempotency-Key), 'USED' or 'REVOKED'.
+if redis.call('ZSCORE', KEYS[3], ARGV[4]) then
+  return 'REVOKED'
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZREM', KEYS[2], ARGV[3])
-  return 1
+  return 'FIRST'
 end
-return 0
+if redis.call('GET', KEYS[1]) == 'unknown' then
+  redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+  return 'RETRY'
+end
+return 'USED'

@@ -1,6 +1,8 @@
 -- draw_begin.lua: begin the opening draw of a target's pre-queue, or find the one already begun.
--- KEYS[1] draw        hash: opens_at_ms, seed, state ('drawing' | 'done'), placed, drawn_at_ms
+-- KEYS[1] draw        hash: opens_at_ms, seed, state ('drawing' | 'done'), placed, drawn_at_ms, and `last`: the
+--                     highest arrival number in the pre-queue (the draw deals the numbers up to it anew)
 -- KEYS[2] config      hash: the target's own configuration (opens_at_ms)
+-- KEYS[3] prequeue    zset: user id -> arrival seq (it no longer grows once the draw is begun)
 -- ARGV[1] a fresh seed, used only if no draw was begun for this opening
 -- Once begun, enter.lua sends newcomers into line behind the pre-queue, never into it.
 -- Returns {the draw's seed, done (0|1)}
@@ -10,5 +12,6 @@ if draw[1] == opens_at and draw[2] then
   return {draw[2], draw[3] == 'done' and 1 or 0}
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'opens_at_ms', opens_at, 'seed', ARGV[1], 'state', 'drawing')
+local highest = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2] or '0'
+redis.call('HSET', KEYS[1], 'opens_at_ms', opens_at, 'seed', ARGV[1], 'state', 'drawing', 'last', highest)
 return {ARGV[1], 0}

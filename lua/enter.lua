@@ -5,7 +5,7 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] seq         counter: source of sequence numbers (pre-queue arrivals take theirs from it too)
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
--- KEYS[5] token       the grant (expiry and id) of this user's issued entry token (expires with it)
+-- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms
@@ -13,12 +13,12 @@
 -- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- ARGV[1] user id   ARGV[2] now (ms)   ARGV[3] default max waiting   ARGV[4] idle TTL (ms)
--- ARGV[5] a fresh entry token's grant, stored only if this call admits the user
+-- ARGV[5] a fresh entry token's grant, stored (after the entry's number) only if this call admits the user
 -- ARGV[6] its TTL (ms)   ARGV[7] its expiry (epoch ms)
 -- ARGV[8] how long a registration is trusted before the next enter registers the target again (ms)
 -- ARGV[9] default batch   ARGV[10] default tick length (ms)
 -- Returns one of:
---   {'ADMITTED', grant, issued now (0|1)}
+--   {'ADMITTED', 'entry number grant', issued now (0|1)}
 --   {'WAITING', seq, users ahead, admissions per second, created (0|1), target needs registering (0|1)}
 --   {'PRE_QUEUE', arrival seq, opens at (ms), created (0|1), target needs registering (0|1)}
 --   {'FULL'}   {'CLOSED'}
@@ -33,11 +33,12 @@ local config = redis.call('HMGET', KEYS[8], 'batch', 'tick_ms', 'max_waiting', '
 local mark = tonumber(redis.call('GET', KEYS[4]) or '0')
 local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
 if seq and seq <= mark then
-  redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
+  held = seq .. ' ' .. ARGV[5]
+  redis.call('SET', KEYS[5], held, 'PX', ARGV[6])
   redis.call('ZREM', KEYS[1], user)
   redis.call('ZREM', KEYS[2], user)
   redis.call('ZADD', KEYS[11], ARGV[7], user)
-  return {'ADMITTED', ARGV[5], 1}
+  return {'ADMITTED', held, 1}
 end
 
 local arrival = tonumber(redis.call('ZSCORE', KEYS[9], user))

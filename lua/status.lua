@@ -2,45 +2,66 @@
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
--- KEYS[4] token       the grant (expiry and id) of this user's issued entry token (expires with it)
+-- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms; `rate`: admissions per second measured by the pump
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
 -- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms
 -- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[9] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
+-- KEYS[10] draw       hash: `last`, the highest arrival number the opening draw placed
 -- ARGV[1] user id   ARGV[2] now (ms)
--- ARGV[3] a fresh entry token's grant, stored only if this call admits the user   ARGV[4] its TTL (ms)
+-- ARGV[3] a fresh entry token's grant, stored (after the entry's number) only if this call admits the user   ARGV[4] its TTL (ms)
 -- ARGV[5] its expiry (epoch ms)   ARGV[6] the user's wait so far (ms)   ARGV[7] its histogram bucket
--- ARGV[8] default batch   ARGV[9] default tick length (ms)
+-- ARGV[8] default batch   ARGV[9] default tick length (ms)   ARGV[10] the entry number on the caller's ticket
 -- Returns one of:
---   {'ADMITTED', grant, issued now (0|1)}
+--   {'ADMITTED', 'entry number grant', issued now (0|1)}
 --   {'WAITING', seq, users ahead, admissions per second}
 --   {'PRE_QUEUE', arrival seq, opens at (ms)}
---   {'NOT_IN_QUEUE'}
+--   {'NOT_IN_QUEUE'}   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
 local user = ARGV[1]
+-- A ticket belongs to one entry. The opening draw deals the pre-queue's arrival numbers anew: within
+-- them, a ticket cannot tell its entry.
+local function other_entry(number)
+  local ticket, current = tonumber(ARGV[10]), tonumber(number)
+  if ticket == current then
+    return false
+  end
+  local last = tonumber(redis.call('HGET', KEYS[10], 'last') or '0')
+  return ticket > last or current > last
+end
+
 local held = redis.call('GET', KEYS[4])
 if held then
+  if other_entry(string.match(held, '^(%d+) ')) then
+    return {'OTHER_ENTRY'}
+  end
   return {'ADMITTED', held, 0}
 end
 
 local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
 if not seq then
   local arrival = redis.call('ZSCORE', KEYS[8], user)
-  if arrival then
+  if arrival and other_entry(arrival) then
+    return {'OTHER_ENTRY'}
+  elseif arrival then
     return {'PRE_QUEUE', arrival, redis.call('HGET', KEYS[7], 'opens_at_ms')}
   end
   return {'NOT_IN_QUEUE'}
 end
+if other_entry(seq) then
+  return {'OTHER_ENTRY'}
+end
 local mark = tonumber(redis.call('GET', KEYS[3]) or '0')
 if seq <= mark then
-  redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4])
+  held = seq .. ' ' .. ARGV[3]
+  redis.call('SET', KEYS[4], held, 'PX', ARGV[4])
   redis.call('ZREM', KEYS[1], user)
   redis.call('ZREM', KEYS[2], user)
   redis.call('ZADD', KEYS[9], ARGV[5], user)
   redis.call('HINCRBY', KEYS[5], 'wait_count', 1)
   redis.call('HINCRBY', KEYS[5], 'wait_ms', ARGV[6])
   redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
-  return {'ADMITTED', ARGV[3], 1}
+  return {'ADMITTED', held, 1}
 end
 redis.call('ZADD', KEYS[2], ARGV[2], user)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).

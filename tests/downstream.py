@@ -1,4 +1,5 @@
-"""A real downstream shop for the purchase routes' tests, on 127.0.0.1."""
+"""A real downstream shop for the purchase routes' tests, on 127.0.0.1, honouring Idempotency-Key as a real shop
+API does: the first outcome under a key is kept and answered again to every retry with that key."""
 
 import json
 import threading
@@ -6,25 +7,35 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Origin:
-    """A real downstream on 127.0.0.1 that records each request and answers as told."""
+    """A real downstream on 127.0.0.1 that records each request and answers as told.
+
+    `answers` holds what to answer next, in order, then 201 with a new order: `(status, body)`, or
+    `(status, body, {"commit": True})` to take the order (kept under the key) but answer `status` all the same (a
+    shop failing after its commit), or `(status, body, {"not_taken": True})` to answer `X-Queue-Not-Taken: true`.
+    A non-2xx answer without "commit" keeps nothing under the key. `delay_s` delays every answer, after the commit.
+    """
 
     def __init__(self):
         self.requests = []
-        self.answers = []  # (status, body) to give, in order; then 201
+        self.answers = []
+        self.orders = []  # every order taken: {"orderId", "key"}
+        self.outcomes = {}  # Idempotency-Key -> (status, body) of the order taken under it
         self.delay_s = 0.0
         self.released = threading.Event()
+        self.lock = threading.Lock()
         origin = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                origin.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                status, answer, headers = origin.handle(self.path, dict(self.headers), body)
                 origin.released.wait(origin.delay_s)
-                status, answer = origin.answers.pop(0) if origin.answers else (201, {"orderId": len(origin.requests)})
                 payload = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(payload)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
 
@@ -35,6 +46,28 @@ class Origin:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
+
+    def handle(self, path, headers, body):
+        with self.lock:
+            self.requests.append({"path": path, "headers": headers, "body": body})
+            key = headers.get("Idempotency-Key")
+            if key is not None and key in self.outcomes:
+                return (*self.outcomes[key], {})
+            status, answer, options = (self.answers.pop(0) + ({},))[:3] if self.answers else (201, None, {})
+            if 200 <= status < 300 or options.get("commit"):
+                order = {"orderId": len(self.orders) + 1}
+                self.orders.append({**order, "key": key})
+                if key is not None:
+                    self.outcomes[key] = (201, order) if options.get("commit") else (status, answer or order)
+                answer = order if answer is None else answer
+            return status, answer, {"X-Queue-Not-Taken": "true"} if options.get("not_taken") else {}
+
+    def orders_per_key(self):
+        """How many orders each Idempotency-Key made."""
+        counts = {}
+        for order in self.orders:
+            counts[order["key"]] = counts.get(order["key"], 0) + 1
+        return counts
 
     def close(self):
         self.released.set()

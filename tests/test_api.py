@@ -1,9 +1,12 @@
 """The public queue API over HTTP (chalice.test.Client): contract shapes and the bad-input matrix."""
 
 import json
+import time
 from urllib.parse import quote
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from chalicelib import runtime
 
@@ -129,3 +132,89 @@ def test_app_refuses_to_start_without_signing_keys(tmp_path):
     )
     assert result.returncode != 0
     assert "VQ_TOKEN_KEYS is not set" in result.stderr
+
+
+# --- bad input on purchases and configuration: a 400, and nothing used up ---
+
+ORDERS = "/limited-drops/42/orders"
+
+
+def mint(user=7):
+    from chalicelib.targets import Target
+
+    return runtime.signer().mint_entry_token(Target("limited-drop", 42), user, time.time(), 300)
+
+
+def purchase(api, token, user="7", content_type="application/json"):
+    headers = {"X-User-Id": user, "Content-Type": content_type}
+    if token is not None:
+        headers["X-Entry-Token"] = token.text
+    return api.http.post(ORDERS, headers=headers, body=b'{"sku": "x"}')
+
+
+# Chalice answers 415 itself unless the media type is JSON; what follows it reaches the gate.
+@pytest.mark.parametrize("content_type", ["application/json; charset=ütf-8", "application/json; x=\u2028", "application/json; " + "x" * 300])
+def test_a_content_type_that_cannot_be_forwarded_is_400_before_the_token_is_used(api, origin, content_type):
+    token = mint()
+    refused = purchase(api, token, content_type=content_type)
+    assert refused.status_code == 400 and body(refused)["code"] == "INVALID_ARGUMENT"
+    assert origin.requests == []
+    assert purchase(api, token).status_code == 201
+
+
+@pytest.mark.parametrize("bad", ["abc", "0", "-1", "7 ", "٧", ""])
+def test_a_malformed_user_id_under_a_percentage_rollout_is_400_and_denied_by_the_authorizer(api, env, origin, tmp_path, bad):
+    flags = tmp_path / "flags.json"
+    flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"half off": {
+        "when_match": False,
+        "conditions": [{"action": "MODULO_RANGE", "key": "user_id", "value": {"base": 100, "start": 0, "end": 49}}],
+    }}}}))
+    env(VQ_FLAGS_FILE=flags)
+    refused = purchase(api, None, user=bad)
+    assert refused.status_code == 400 and body(refused)["code"] == "INVALID_ARGUMENT"
+    assert origin.requests == []
+    arn = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/api/POST/limited-drops/42/orders"
+    verdict = api.lambda_.invoke("purchase_authorizer", {"methodArn": arn, "headers": {"X-User-Id": bad}}).payload
+    assert verdict["policyDocument"]["Statement"][0]["Effect"] == "Deny"
+
+
+@pytest.mark.parametrize("nested", [
+    b"[" * 2000 + b"]" * 2000,
+    b'{"batch": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+    b'{"a":' * 800 + b"1" + b"}" * 800,
+])
+def test_a_deeply_nested_configuration_is_400_and_the_old_one_stays(api, nested):
+    config = "/virtual-queues/limited-drop/42/config"
+    assert api.http.put(config, body=json.dumps({"batch": 5}), headers={"Content-Type": "application/json"}).status_code == 200
+    refused = api.http.put(config, body=nested, headers={"Content-Type": "application/json"})
+    assert refused.status_code == 400 and body(refused)["code"] == "INVALID_ARGUMENT"
+    assert body(api.http.get(config))["config"] == {"batch": 5}
+
+
+@hypothesis.settings(max_examples=150, deadline=None,
+                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(
+    content_type=st.one_of(st.none(), st.text(max_size=300)),
+    user=st.one_of(st.none(), st.text(max_size=24), st.integers(-5, 10**19).map(str)),
+)
+def test_fuzz_purchase_headers_never_500_and_only_a_forwarded_purchase_uses_the_token(api, origin, content_type, user):
+    """Any X-User-Id and Content-Type: a 4xx that leaves the token unused, or the purchase forwarded once."""
+    from chalicelib.errors import QueueError
+    from chalicelib.purchase import PurchaseRequest
+
+    token = mint()
+    before = len(origin.requests)
+    request = PurchaseRequest(target_type="limited-drop", target_id="42", entry_token=token.text, user_id=user,
+                              authorizer=None, body=b"{}", content_type=content_type)
+    gate = runtime.purchase_gate()
+    try:
+        status = gate.purchase(request).status
+    except QueueError as refusal:
+        status = refusal.status
+    if status == 201:
+        assert len(origin.requests) == before + 1
+    else:
+        assert status in (400, 403) and len(origin.requests) == before
+        assert gate.purchase(PurchaseRequest(
+            target_type="limited-drop", target_id="42", entry_token=token.text, user_id="7",
+            authorizer=None, body=b"{}", content_type="application/json")).status == 201

@@ -132,3 +132,30 @@ def test_concurrent_requests_are_never_answered_with_each_others_state(env):
             answers = list(pool.map(enter_and_poll, range(1, 201)))
     assert all("queueTicket" in entered for entered, _ in answers), "a first entry was answered without its ticket"
     assert sorted(polled["position"] for _, polled in answers) == list(range(1, 201))
+
+
+def test_demo_shop_honours_idempotency_keys_like_a_real_shop_api():
+    from infra.demo_shop import DemoShop
+
+    shop = DemoShop(stock=5).start()
+
+    def order(user, key, path="/limited-drops/1/orders"):
+        request = urllib.request.Request(shop.url + path, data=b"{}", method="POST",
+                                         headers={"X-User-Id": str(user), "Idempotency-Key": key})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as answer:
+            return answer.code, json.loads(answer.read())
+
+    try:
+        first = order(7, "token-a")
+        assert first[0] == 201
+        assert order(7, "token-a") == first  # the retry gets the first outcome, no second order
+        assert order(7, "token-b")[1]["code"] == "ALREADY_ORDERED"
+        assert order(8, "token-a")[0] == 422  # a key reused for another order
+        assert order(7, "token-a", "/limited-drops/2/orders")[0] == 422
+        summary = shop.summary()
+        assert len(summary["orders"]) == 1 and summary["replayed"] == 1
+    finally:
+        shop.stop()

@@ -130,7 +130,8 @@ def map_case(context, case):
         params[name] = target_id
     signer = runtime.signer()
     if "X-Queue-Ticket" in case.headers:
-        case.headers["X-Queue-Ticket"] = signer.issue_ticket(target, int(user), 1, int(time.time() * 1000)).text
+        # Known users entered in order (see local_api): each one's seq is their id.
+        case.headers["X-Queue-Ticket"] = signer.issue_ticket(target, int(user), int(user), int(time.time() * 1000)).text
     if "X-Entry-Token" in case.headers:
         key = (str(target), user)
         if key not in tokens:
