@@ -200,5 +200,7 @@ class PurchaseGate:
             count("RedisDegraded", use.token.target)
             logger.warning("purchase outcome not recorded", extra={"target": str(use.token.target), "reason": str(err)})
             return
-        if settled:
-            count("TokensRestored" if give_back else "PurchaseOutcomeUnknown", use.token.target)
+        if settled and give_back:
+            count("TokensRestored", use.token.target)
+        elif settled:
+            count("PurchaseOutcomeUnknown", use.token.target)

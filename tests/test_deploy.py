@@ -284,6 +284,7 @@ def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
         "AdmissionBelowTargetAlarm": {"Admitted", "TargetRatePerSec"},
         "BypassDeniedAlarm": {"BypassDenied"},
         "RedisDegradedAlarm": {"RedisDegraded"},
+        "RedisOutOfMemoryAlarm": {"RedisOutOfMemory"},
         "PumpErrorsAlarm": {"PumpErrors"},
     }
     assert set().union(*watched.values()) <= emitted_names()
@@ -301,6 +302,7 @@ def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
     assert slow["TreatMissingData"] == "breaching"  # no data at all: the pump is not ticking
     assert alarms["BypassDeniedAlarm"]["Properties"]["Threshold"] == {"Ref": "BypassDeniedPerMinuteAlarm"}
     assert alarms["RedisDegradedAlarm"]["Properties"]["Threshold"] == 1
+    assert alarms["RedisOutOfMemoryAlarm"]["Properties"]["Threshold"] == 1
 
 
 @pytest.mark.slow
