@@ -190,20 +190,42 @@ def admission_pump(event, context):
     return pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis).to_body()
 
 
-# --- waiting-room page ---
+# --- web pages: the waiting room, the operator console ---
 
 WAITING_ROOM = "/waiting-room/{queue_type}/{target_id}"
+CONSOLE = "/console"
+
+
+def _html(body):
+    # Per language (Accept-Language), and never cached: the page carries the target's current display fields.
+    return Response(body=body, status_code=200, headers={
+        "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-cache", "Vary": "Accept-Language",
+    })
 
 
 @app.route(WAITING_ROOM, methods=["GET"])
 @answers_queue_errors
 def waiting_room_page(queue_type, target_id):
-    """The waiting-room web page of one line (HTML and script, same origin as the API)."""
+    """The waiting-room web page of one line (HTML and script, same origin as the API), in Korean or English."""
     target = _target(queue_type, target_id)
-    html = page.render(
-        target,
+    lang = page.language(_header("accept-language"), (app.current_request.query_params or {}).get("lang"))
+    return _html(page.render(
+        target, lang, runtime.waiting_room().display(target),
         page_path=WAITING_ROOM.format(queue_type=target.type, target_id=target.id),
         entries_path=ENTRIES.format(queue_type=target.type, target_id=target.id),
         purchase_path=gate.purchase_path(target),
-    )
-    return Response(body=html, status_code=200, headers={"Content-Type": "text/html; charset=utf-8"})
+    ))
+
+
+@app.route("/virtual-queues", methods=["GET"], authorizer=IAMAuthorizer())
+@answers_queue_errors
+def list_targets():
+    """The targets with users in line or in a pre-queue (operators)."""
+    return {"targets": [{"type": t.type, "id": str(t.id)} for t in runtime.waiting_room().targets()]}
+
+
+@app.route(CONSOLE, methods=["GET"], authorizer=IAMAuthorizer())
+def operator_console():
+    """The operator console: live charts of every target and the controls of its configuration. Behind IAM
+    like the operator routes it calls (README: Operator console)."""
+    return _html(page.console(page_path=CONSOLE, queues_path="/virtual-queues"))

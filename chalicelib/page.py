@@ -1,20 +1,49 @@
-"""The waiting-room web page: one HTML file with its script (static/waiting-room.html), filled in per target."""
+"""The web pages: the waiting room shoppers see (static/waiting-room.html, in Korean or English) and the
+operator console (static/console.html). Each is one HTML file with its script, filled in per request."""
 
 from __future__ import annotations
 
 import functools
+import html
 import json
+import re
 from pathlib import Path
 
 from chalicelib.targets import Target
 
-# Beside this module, so the deployment package (which carries chalicelib/**) has it too.
-TEMPLATE = Path(__file__).resolve().parent / "static" / "waiting-room.html"
+# Beside this module, so the deployment package (which carries chalicelib/**) has them too.
+STATIC = Path(__file__).resolve().parent / "static"
+LANGUAGES = ("en", "ko")
+DEFAULT_LANGUAGE = "en"  # for a browser that names neither: a visitor from abroad reads English more likely
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_LANGUAGE_RANGE = re.compile(r"\s*([A-Za-z]{1,8}|\*)(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.[0-9]{0,3})?))?\s*")
 
 
 @functools.cache
-def _template() -> str:
-    return TEMPLATE.read_text(encoding="utf-8")
+def _static(name: str) -> str:
+    return (STATIC / name).read_text(encoding="utf-8")
+
+
+@functools.cache
+def messages() -> dict[str, dict[str, str]]:
+    """The page's texts per language (static/messages.json)."""
+    return json.loads(_static("messages.json"))
+
+
+def language(accept_language: str | None, asked: str | None = None) -> str:
+    """The page's language: `asked` (the page's own ?lang= switch) if supported, else the one of LANGUAGES
+    that Accept-Language ranks highest (ties: the earlier), else DEFAULT_LANGUAGE."""
+    if asked in LANGUAGES:
+        return asked
+    best, best_q = DEFAULT_LANGUAGE, 0.0
+    for item in (accept_language or "")[:1000].split(",")[:50]:
+        match = _LANGUAGE_RANGE.fullmatch(item)
+        if not match:
+            continue
+        primary, q = match[1].lower(), float(match[2]) if match[2] else 1.0
+        if primary in LANGUAGES and q > best_q:
+            best, best_q = primary, q
+    return best
 
 
 def _relative(page_path: str, path: str) -> str:
@@ -22,14 +51,32 @@ def _relative(page_path: str, path: str) -> str:
     return "../" * (page_path.count("/") - 1) + path.lstrip("/")
 
 
-def render(target: Target, page_path: str, entries_path: str, purchase_path: str) -> str:
-    """The page for `target` served at `page_path`: it queues at `entries_path` and buys at `purchase_path`."""
+def _script_json(value: object) -> str:
+    # Inside a <script> element: no "<" may appear, or a value could close it.
+    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c")
+
+
+def render(
+    target: Target, lang: str, display: dict[str, str], page_path: str, entries_path: str, purchase_path: str,
+) -> str:
+    """The waiting room of `target` served at `page_path` in `lang`: it queues at `entries_path` and buys at
+    `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them."""
+    texts = messages()[lang]
+    name = display.get("displayName") or texts["fallbackName"].format(type=texts[f"type_{target.type}"], id=target.id)
+    values = {**texts, "lang": lang, "name": name}
     config = {
         "queueType": target.type,
         "targetId": str(target.id),
-        "label": f"{target.type.replace('-', ' ').capitalize()} #{target.id}",
+        "lang": lang,
+        "imageUrl": display.get("imageUrl"),
         "entries": _relative(page_path, entries_path),
         "purchase": _relative(page_path, purchase_path),
+        "messages": texts,
     }
-    # Inside a <script> element: no "<" may appear, or a value could close it.
-    return _template().replace("__CONFIG__", json.dumps(config).replace("<", "\\u003c"))
+    page = _PLACEHOLDER.sub(lambda m: html.escape(values[m[1]]), _static("waiting-room.html"))
+    return page.replace("__CONFIG__", _script_json(config))
+
+
+def console(page_path: str, queues_path: str) -> str:
+    """The operator console served at `page_path`; it reads and steers the targets under `queues_path`."""
+    return _static("console.html").replace("__CONFIG__", _script_json({"queues": _relative(page_path, queues_path)}))

@@ -165,6 +165,21 @@ class WaitingRoom:
             raise self._unavailable(target, err) from None
         return {"config": own.to_body(), "effective": self._effective(own)}
 
+    def display(self, target: Target) -> dict[str, str]:
+        """What the waiting-room page shows of the target (`displayName`, `imageUrl`), as far as set. Empty when
+        Redis cannot answer: the page must load all the same, as the queue fails open."""
+        try:
+            return self.store.config(target).display()
+        except StoreUnavailable:
+            return {}
+
+    def targets(self) -> list[Target]:
+        """The targets the pump visits (users in line or in a pre-queue), for the operator console."""
+        try:
+            return self.store.targets()
+        except StoreUnavailable as err:
+            raise QueueUnavailable(self.settings.retry_after_s) from err
+
     def configure(self, target: Target, config: TargetConfig) -> dict:
         """Replace the target's own configuration; the pump applies it from its next tick."""
         try:

@@ -460,6 +460,10 @@ class QueueStore:
                 logger.warning("registry member is not a target", extra={"member": member[:100]})
         return targets
 
+    def targets(self) -> list[Target]:
+        """The registered targets, in order, for operators (a client-facing call: through the breaker)."""
+        return sorted(self._guarded(self.registered_targets))
+
     def admit_and_evict_all(self, targets: Sequence[Target], rules: PumpRules) -> dict[Target, TargetTick | Exception]:
         """One pump tick for every target, all in one round trip: evict users who stopped polling, then admit.
 

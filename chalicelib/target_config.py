@@ -2,15 +2,18 @@
 
 Every field is optional; an unset one falls back to the global default of chalicelib/config.py. The
 API spells fields in camelCase and times as ISO-8601 with a zone; Redis keeps them as integers
-(`Redis fields` below), which the Lua scripts read directly.
+(`Redis fields` below), which the Lua scripts read directly. The display fields (`displayName`,
+`imageUrl`) are text for the waiting-room page only; the scripts never read them.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
 from chalicelib.errors import InvalidArgument
 
@@ -23,6 +26,8 @@ _LIMITS = {
     "maxActive": ("max_active", 1, 10_000_000),
 }
 _TIMES = {"opensAt": "opens_at_ms", "closesAt": "closes_at_ms"}
+# API name -> (Redis field, longest) for the display texts the page shows.
+_TEXTS = {"displayName": ("display_name", 80), "imageUrl": ("image_url", 500)}
 _ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})")
 _EARLIEST, _LATEST = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
 
@@ -37,14 +42,23 @@ class TargetConfig:
     max_active: int | None = None
     opens_at_ms: int | None = None
     closes_at_ms: int | None = None
+    display_name: str | None = None
+    image_url: str | None = None
 
-    def to_redis(self) -> dict[str, int]:
+    def to_redis(self) -> dict[str, int | str]:
         """The set fields, as stored in the target's `config` hash."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     @classmethod
     def from_redis(cls, stored: dict[str, str]) -> "TargetConfig":
-        return cls(**{f.name: int(stored[f.name]) for f in fields(cls) if f.name in stored})
+        texts = {name for name, _ in _TEXTS.values()}
+        return cls(**{
+            f.name: stored[f.name] if f.name in texts else int(stored[f.name]) for f in fields(cls) if f.name in stored
+        })
+
+    def display(self) -> dict[str, str]:
+        """The display fields that are set, as the API names them."""
+        return {api_name: getattr(self, name) for api_name, (name, _) in _TEXTS.items() if getattr(self, name)}
 
     def to_body(self) -> dict:
         body: dict = {}
@@ -54,7 +68,7 @@ class TargetConfig:
         for api_name, name in _TIMES.items():
             if getattr(self, name) is not None:
                 body[api_name] = iso_time(getattr(self, name))
-        return body
+        return body | self.display()
 
 
 def iso_time(epoch_ms: int) -> str:
@@ -74,10 +88,10 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
         raise InvalidArgument("the body is nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidArgument("the body must be a JSON object")
-    unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES))
+    unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES) - set(_TEXTS))
     if unknown:
         raise InvalidArgument(f"unknown fields: {', '.join(unknown)[:200]}")
-    values: dict[str, int] = {}
+    values: dict[str, int | str] = {}
     for api_name, (name, lowest, highest) in _LIMITS.items():
         if api_name in body:
             value = body[api_name]
@@ -87,6 +101,10 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
     for api_name, name in _TIMES.items():
         if api_name in body:
             values[name] = _epoch_ms(api_name, body[api_name])
+    if "displayName" in body:
+        values["display_name"] = _display_name(body["displayName"])
+    if "imageUrl" in body:
+        values["image_url"] = _image_url(body["imageUrl"])
     config = TargetConfig(**values)
     if config.opens_at_ms is not None and config.closes_at_ms is not None and config.closes_at_ms <= config.opens_at_ms:
         raise InvalidArgument("closesAt must be after opensAt")
@@ -103,3 +121,28 @@ def _epoch_ms(api_name: str, value: object) -> int:
     if not _EARLIEST <= moment < _LATEST:
         raise InvalidArgument(f"{api_name} must be between 2000 and 2100")
     return round(moment.timestamp() * 1000)
+
+
+def _display_name(value: object) -> str:
+    longest = _TEXTS["displayName"][1]
+    if not isinstance(value, str) or not value.strip() or len(value) > longest:
+        raise InvalidArgument(f"displayName must be text of 1 to {longest} characters")
+    # Control, format (bidi overrides could reverse what shoppers read) and unassigned characters.
+    if any(unicodedata.category(c) in {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"} for c in value):
+        raise InvalidArgument("displayName must not hold control, format or unassigned characters")
+    return value.strip()
+
+
+def _image_url(value: object) -> str:
+    longest = _TEXTS["imageUrl"][1]
+    # The characters RFC 3986 allows in a URL (percent-encode the rest), without quotes; https, a host, no credentials.
+    if not isinstance(value, str) or len(value) > longest or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+", value):
+        raise InvalidArgument(f"imageUrl must be an https URL of at most {longest} URL characters")
+    try:
+        parts = urlsplit(value)
+        valid = parts.scheme == "https" and bool(parts.hostname) and "@" not in parts.netloc
+    except ValueError:
+        valid = False
+    if not valid:
+        raise InvalidArgument("imageUrl must be an https URL with a host and no credentials")
+    return value

@@ -1,149 +1,222 @@
-"""End to end in a real browser: the waiting-room page waits in line, is admitted and buys; no token, no purchase.
+"""The waiting-room page as a shopper uses it, in Chromium at desktop (English) and phone (Korean) size: every
+answer the API can give reaches its own view by polling alone, trouble is visible and heals by itself, and the
+page stays readable and keyboard-usable. Fixtures and checks: tests/browser.py."""
 
-Debian's `chromium`, driven by Playwright (which downloads no browser here). Outside CI the tests skip where
-chromium is not installed; in CI (.ci/run installs it) they must run. The pump is ticked by hand, so each step
-happens when the test says. Screenshots land in build/browser/.
-"""
-
-import json
-import os
-import shutil
-import time
-import urllib.error
-import urllib.request
+import re
 
 import pytest
+from playwright.sync_api import expect
 
-from chalicelib.pump import Pump
-from chalicelib.store import QueueStore, TargetTick
-from infra.local_stack import LocalStack
-from tests.test_local_stack import ROOT, free_port
+from tests.browser import QUEUE_OFF, SIZES, http, iso_in
+from tests.browser import browser, shopper, stack, target_id  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium")
-# The network is closed: without these, Chromium keeps trying to reach Google's services.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-SHOTS = ROOT / "build" / "browser"
-OTHERS = [101, 102, 103, 104]  # entered before the browser's user; they fill the line (VQ_MAX_WAITING 4)
+
+def open_page(shopper, stack, target_id, user_id):
+    shopper.page.goto(f"{stack.url}/waiting-room/limited-drop/{target_id}?user={user_id}")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed: .ci/run installs it, and CI must run the browser tests")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 720, "height": 640})
-    yield context.new_page()
-    context.close()
-
-
-@pytest.fixture
-def stack(env, tmp_path):
-    """The local stack without its pump loop (the test ticks), the queue switched off for limited-drop:2 only."""
-    flags = tmp_path / "flags.json"
-    flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"off": {
-        "when_match": False, "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": ["limited-drop:2"]}],
-    }}}}))
-    # The `env` fixture has put this test's Redis and key prefix in os.environ.
-    stack_env = {
-        **os.environ, "VQ_FLAGS_FILE": str(flags), "VQ_TICK_MS": "1000", "VQ_BATCH_SIZE": "2",
-        "VQ_MAX_WAITING": str(len(OTHERS)), "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING",
-    }
-    with open(tmp_path / "api.log", "wb") as api_log:
-        with LocalStack(stack_env, api_port=free_port(), stock=5, pump_class=None, api_output=api_log) as running:
-            yield running
-
-
-def http(method, url, headers=None):
-    request = urllib.request.Request(url, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=5) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as answer:
-        return answer.status, answer.read()
-
-
-def admit_next_batch(pump):
-    """Run the next tick (a tick applies once: ticking again within the same one admits nobody)."""
-    while True:
-        report = pump.tick()
-        if any(isinstance(r, TargetTick) and r.applied_tick for r in report.targets.values()):
+def tick_until_view(shopper, stack, target_id, view, ticks=20):
+    """Tick the target until the page shows `view` (the pump may catch up missed ticks: not one user a tick)."""
+    for _ in range(ticks):
+        if shopper.page.locator("body").get_attribute("data-view") == view:
             return
-        time.sleep(0.05)
+        stack.tick(target_id)
+        shopper.page.wait_for_timeout(500)
+    shopper.expect_view(view)
 
 
-def test_page_waits_in_line_is_admitted_and_buys(stack, page, connect_redis):
-    from playwright.sync_api import expect
-
-    pump = Pump(QueueStore(connect_redis(), stack.settings.key_prefix), stack.settings)
-    entries = f"{stack.api_url}/virtual-queues/limited-drop/1/entries"
-    for user in OTHERS:
-        assert http("POST", entries, {"X-User-Id": str(user)})[0] == 200
-    SHOTS.mkdir(parents=True, exist_ok=True)
-
-    page.goto(f"{stack.api_url}/waiting-room/limited-drop/1?user=7")
-    expect(page.locator("body")).to_have_attribute("data-state", "full", timeout=10_000)
-    expect(page.locator("#message")).to_contain_text("line is full")
-
-    # Two of the others are let in: the page's retry (after Retry-After) gets a place behind the other two.
-    admit_next_batch(pump)
-    expect(page.locator("body")).to_have_attribute("data-state", "waiting", timeout=10_000)
-    assert int(page.locator("#position").inner_text()) == 3
-    assert page.locator("#ahead").inner_text() == "2"
-    assert page.locator("#eta").inner_text().endswith(" s")
-    page.screenshot(path=SHOTS / "waiting.png")
-
-    # Taken out of line behind its back (as an eviction would): its next poll hears NOT_IN_QUEUE and it enters again.
-    ticket_key = "vq-ticket:limited-drop:1:7"
-    ticket = page.evaluate("key => localStorage.getItem(key)", ticket_key)
-    assert http("DELETE", entries + "/me", {"X-User-Id": "7", "X-Queue-Ticket": ticket})[0] == 204
-    page.wait_for_function("([key, old]) => ![null, old].includes(localStorage.getItem(key))",
-                           arg=[ticket_key, ticket], timeout=10_000)
-    expect(page.locator("body")).to_have_attribute("data-state", "waiting")
-
-    admit_next_batch(pump)  # the other two
-    admit_next_batch(pump)  # the browser's user
-    expect(page.locator("body")).to_have_attribute("data-state", "admitted", timeout=10_000)
-    expect(page.locator("#turn")).to_have_text("It's your turn!")
-    page.screenshot(path=SHOTS / "admitted.png")
-
-    page.locator("#buy").click()
-    expect(page.locator("body")).to_have_attribute("data-state", "bought", timeout=10_000)
-    expect(page.locator("#message")).to_have_text("Order #1 placed. Enjoy!")
-    page.screenshot(path=SHOTS / "bought.png")
-    assert [(o["item"], o["userId"]) for o in stack.shop.summary()["orders"]] == [("/limited-drops/1/orders", 7)]
+def progress(shopper):
+    return int(shopper.page.locator("#bar").get_attribute("aria-valuenow"))
 
 
-def test_purchase_without_a_token_is_refused_in_the_browser(stack, page):
-    page.goto(f"{stack.api_url}/waiting-room/limited-drop/3?user=8")
-    answer = page.evaluate("""async () => {
-        const response = await fetch("../../limited-drops/3/orders", {
-            method: "POST", headers: {"X-User-Id": "8", "Content-Type": "application/json"}, body: "{}"});
-        return {status: response.status, body: await response.json()};
-    }""")
-    assert answer["status"] == 403 and answer["body"]["code"] == "QUEUE_BYPASS_DENIED"
-    assert stack.shop.summary()["requests"] == []
+def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stack, target_id):
+    page, t = shopper.page, shopper.t
+    # The picture's host stands in for the shop's CDN (the network is closed here).
+    page.route("https://img.example/**", lambda route: route.fulfill(content_type="image/svg+xml", body=SNEAKER))
+    stack.configure(target_id, maxWaiting=10, batch=1, tickMs=1000, displayName="Air Runner 90 “Seoul”",
+                    imageUrl="https://img.example/air-runner.svg")
+    for user in range(1, 11):
+        stack.enter(target_id, user)
+
+    open_page(shopper, stack, target_id, 77)
+    shopper.expect_view("full")
+    expect(page.locator("h1")).to_have_text("Air Runner 90 “Seoul”")
+    expect(page.locator("#picture")).to_be_visible()
+    assert "77" not in page.locator("main").inner_text()  # no user id shown
+    expect(page.locator("#full-text")).to_contain_text(re.compile(r"\d"))
+    shopper.shot("full")
+
+    # Some of the others are let in: the page's retry (after Retry-After) gets a place behind the rest.
+    stack.tick(target_id)
+    shopper.expect_view("waiting")
+    first_ahead = int(page.locator("#ahead").inner_text())
+    assert first_ahead >= 5
+    expect(page.locator("#position")).to_have_text(str(first_ahead + 1))
+    expect(page.locator("#announce")).to_contain_text(str(first_ahead + 1))  # told to screen readers, politely
+    stack.tick(target_id)
+    page.wait_for_function(f"() => Number(document.getElementById('ahead').textContent) < {first_ahead}")
+    made = progress(shopper)
+    assert 0 < made < 100
+    shopper.shot("waiting", readme=True)
+
+    # A reload keeps the place and the progress made.
+    page.reload()
+    shopper.expect_view("waiting")
+    assert progress(shopper) == made
+
+    tick_until_view(shopper, stack, target_id, "admitted")
+    shopper.expect_view("admitted")
+    expect(page.locator("#turn")).to_have_text(t["admitted_h"])
+    expect(page.locator("#pass-left")).to_contain_text(re.compile(r"[0-5]:\d\d"))
+    shopper.shot("admitted", readme=True)
+
+    # The Buy button has the focus: Enter buys.
+    expect(page.locator("#buy")).to_be_focused()
+    page.keyboard.press("Enter")
+    shopper.expect_view("bought")
+    expect(page.locator("#bought-text")).to_contain_text("Air Runner 90")
+    expect(page.locator("#order-number")).to_contain_text(re.compile(r"\d"))
+    assert "{" not in page.locator("main").inner_text()  # words, never the shop's raw JSON
+    shopper.shot("bought", readme=True)
+    assert [o["userId"] for o in stack.local.shop.summary()["orders"] if o["item"].endswith(f"/{target_id}/orders")] == [77]
+
+    # A reload after buying shows the order, not a Buy button for a pass already used.
+    page.reload()
+    shopper.expect_view("bought")
+    expect(page.locator("#buy")).to_be_hidden()
 
 
-def test_page_goes_straight_to_buy_while_the_queue_is_off(stack, page):
-    from playwright.sync_api import expect
+def test_pre_queue_counts_down_and_takes_a_place_at_the_opening_without_a_reload(shopper, stack, target_id):
+    page, t = shopper.page, shopper.t
+    stack.configure(target_id, batch=1, tickMs=500, opensAt=iso_in(8))
+    stack.enter(target_id, 1)
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("prequeue")
+    expect(page.locator("#opens-in")).to_have_text(re.compile(r"^0:0[0-8]$"))
+    expect(page.locator("#opens-at")).not_to_be_empty()
+    shopper.shot("prequeue", readme=True)
+    page.evaluate("window.sameDocument = true")
 
-    page.goto(f"{stack.api_url}/waiting-room/limited-drop/2?user=9")
-    expect(page.locator("body")).to_have_attribute("data-state", "admitted", timeout=10_000)
-    expect(page.locator("#turn")).to_have_text("No line right now: go straight in!")
-    page.locator("#buy").click()
-    expect(page.locator("body")).to_have_attribute("data-state", "bought", timeout=10_000)
-    assert [o["userId"] for o in stack.shop.summary()["orders"]] == [9]
+    # After the opening the pump's next tick deals the places; the page finds its own by polling.
+    page.wait_for_function("() => document.getElementById('opens-in').textContent === '0:00'", timeout=15_000)
+    stack.tick(target_id)
+    shopper.expect_view("waiting")
+    expect(page.locator("#position")).to_have_text(re.compile(r"^[12]$"))
+    assert page.evaluate("window.sameDocument") is True
+    tick_until_view(shopper, stack, target_id, "admitted")
+    assert page.evaluate("window.sameDocument") is True
+
+
+def test_trouble_is_visible_and_heals_by_itself(shopper, stack, target_id):
+    page, t = shopper.page, shopper.t
+    stack.configure(target_id, batch=1, tickMs=60_000)
+    stack.enter(target_id, 1)
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("waiting")
+    expect(page.locator("#trouble")).to_be_hidden()
+
+    # Hung: calls stay unanswered; the page says it is reconnecting, with the time of its last good answer.
+    stack.hang_api()
+    try:
+        expect(page.locator("#trouble")).to_be_visible(timeout=15_000)
+        expect(page.locator("#trouble")).to_contain_text(t["reconnecting"])
+        expect(page.locator("#last-update")).to_contain_text(re.compile(r"\d\d:\d\d:\d\d"))
+    finally:
+        stack.resume_api()
+    expect(page.locator("#trouble")).to_be_hidden(timeout=20_000)
+
+    # Down: connections refused until it comes back.
+    shopper.tolerated.append("ERR_CONNECTION_REFUSED")
+    stack.stop_api()
+    try:
+        expect(page.locator("#trouble")).to_be_visible(timeout=15_000)
+        shopper.expect_view("waiting")  # the last place stays in view, marked as old
+        shopper.shot("reconnecting", readme=True)
+    finally:
+        stack.start_api()
+    expect(page.locator("#trouble")).to_be_hidden(timeout=30_000)
+    shopper.expect_view("waiting")
+    expect(page.locator("#position")).to_have_text("2")
+
+
+def test_losing_the_place_offers_to_join_again_by_keyboard(shopper, stack, target_id):
+    page, t = shopper.page, shopper.t
+    stack.configure(target_id, batch=1, tickMs=60_000)
+    stack.enter(target_id, 1)
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("waiting")
+
+    # Taken out of line behind its back (as an eviction would): its next poll hears NOT_IN_QUEUE.
+    ticket = page.evaluate(f"JSON.parse(localStorage.getItem('vq-ticket:limited-drop:{target_id}:7'))")
+    status, _ = http("DELETE", stack.queue(target_id, "/entries/me"), {"X-User-Id": "7", "X-Queue-Ticket": ticket})
+    assert status == 204
+    shopper.expect_view("gone")
+    expect(page.locator("section[data-view=gone] h2")).to_have_text(t["gone_h"])
+    shopper.shot("gone")
+
+    button = page.locator("section[data-view=gone] button")
+    for _ in range(10):  # keyboard reachable: Tab gets there
+        page.keyboard.press("Tab")
+        if button.evaluate("b => b === document.activeElement"):
+            break
+    expect(button).to_be_focused()
+    page.keyboard.press("Enter")
+    shopper.expect_view("waiting")
+    expect(page.locator("#position")).to_have_text("2")
+
+
+def test_closed_line(shopper, stack, target_id):
+    stack.configure(target_id, closesAt=iso_in(-60))
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("closed")
+    assert shopper.heading() == shopper.t["closed_h"]
+    shopper.shot("closed")
+
+
+def test_queue_off_goes_straight_to_buy(shopper, stack):
+    target_id = QUEUE_OFF[list(SIZES).index(shopper.size)]
+    open_page(shopper, stack, target_id, 9)
+    shopper.expect_view("admitted")
+    expect(shopper.page.locator("#turn")).to_have_text(shopper.t["direct_h"])
+    shopper.shot("direct")
+    shopper.page.locator("#buy").click()
+    shopper.expect_view("bought")
+
+
+def test_status_the_page_does_not_know_gets_a_neutral_view_and_polling_goes_on(shopper, stack, target_id):
+    page = shopper.page
+    stack.configure(target_id, batch=1, tickMs=60_000)
+    stack.enter(target_id, 1)
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("waiting")
+    # A newer server's status (and no pollAfterMs) stands in for the real answer for a while.
+    polls = []
+
+    def newer(route):
+        polls.append(route.request.url)
+        route.fulfill(content_type="application/json", body='{"status": "SOMETHING_NEW", "aheadCount": 1}')
+
+    page.route("**/entries/me", newer)
+    shopper.expect_view("unknown")
+    shopper.shot("unknown")
+    page.wait_for_timeout(6_000)
+    assert len(polls) >= 2  # still polling
+    page.unroute("**/entries/me")
+    shopper.expect_view("waiting")
+
+
+def test_a_target_no_operator_opened_says_so_and_looks_again(shopper, stack, target_id):
+    page = shopper.page
+    # Deployed, enter answers 404 UNKNOWN_TARGET until an operator configures the target.
+    page.route("**/entries", lambda route: route.fulfill(
+        status=404, content_type="application/json", body='{"code": "UNKNOWN_TARGET", "detail": "not open"}'))
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("unopened")
+    shopper.shot("unopened")
+
+
+SNEAKER = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 120 120"><rect width="120" height="120" fill="#f1e4d3"/>
+<path d="M14 78c10-2 22-14 30-26 6 4 14 6 22 4l8 10c10 6 24 8 34 10 4 1 6 5 4 9l-2 5H16c-4 0-6-4-4-7z" fill="#c2412d"/>
+<path d="M14 92h96v6H14z" fill="#fff"/><path d="M44 52l8 14M52 48l8 14M60 46l6 12" stroke="#fff" stroke-width="3"/></svg>"""
