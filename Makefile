@@ -45,6 +45,11 @@ test-reliability: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python tests/perf/bench.py
 
+## The browser suites (Chromium); refreshes the README's screenshots in tests/screenshots/ (all views: build/browser/).
+.PHONY: screenshots
+screenshots: $(VENV)/.installed
+	VQ_README_SHOTS=1 $(BIN)/python -m pytest tests/test_browser.py tests/test_console.py $(PYTEST_ARGS)
+
 ## Build the deployment offline into build/: sam.json (CloudFormation/SAM) and deployment.zip (README: Deploy).
 STAGE ?= prod
 package: $(VENV)/.installed

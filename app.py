@@ -217,6 +217,13 @@ def waiting_room_page(queue_type, target_id):
     ))
 
 
+@app.route(page.SERVICE_WORKER_PATH, methods=["GET"])
+def waiting_room_service_worker():
+    """The waiting room's service worker (a reload while the server is down shows the page it last served)."""
+    return Response(body=page.service_worker(), status_code=200,
+                    headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"})
+
+
 @app.route("/virtual-queues", methods=["GET"], authorizer=IAMAuthorizer())
 @answers_queue_errors
 def list_targets():

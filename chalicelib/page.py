@@ -13,6 +13,7 @@ from chalicelib.targets import Target
 
 # Beside this module, so the deployment package (which carries chalicelib/**) has them too.
 STATIC = Path(__file__).resolve().parent / "static"
+SERVICE_WORKER_PATH = "/waiting-room/service-worker.js"  # its folder is its scope: every waiting-room page
 LANGUAGES = ("en", "ko")
 DEFAULT_LANGUAGE = "en"  # for a browser that names neither: a visitor from abroad reads English more likely
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
@@ -71,10 +72,16 @@ def render(
         "imageUrl": display.get("imageUrl"),
         "entries": _relative(page_path, entries_path),
         "purchase": _relative(page_path, purchase_path),
+        "serviceWorker": _relative(page_path, SERVICE_WORKER_PATH),
         "messages": texts,
     }
     page = _PLACEHOLDER.sub(lambda m: html.escape(values[m[1]]), _static("waiting-room.html"))
     return page.replace("__CONFIG__", _script_json(config))
+
+
+def service_worker() -> str:
+    """The script that keeps the last copy of each page for a reload while the server cannot answer."""
+    return _static("service-worker.js")
 
 
 def console(page_path: str, queues_path: str) -> str:

@@ -191,10 +191,9 @@ class WaitingRoom:
 
     def _effective(self, own: TargetConfig) -> dict:
         d = self.defaults
-        return TargetConfig(
-            batch=own.batch or d.batch, tick_ms=own.tick_ms or d.tick_ms,
-            max_waiting=own.max_waiting or d.max_waiting, max_active=own.max_active,
-            opens_at_ms=own.opens_at_ms, closes_at_ms=own.closes_at_ms,
+        # Own fields over the defaults; fields without a default (times, caps, display) as the target has them.
+        return replace(
+            own, batch=own.batch or d.batch, tick_ms=own.tick_ms or d.tick_ms, max_waiting=own.max_waiting or d.max_waiting,
         ).to_body()
 
     def _check_ticket(self, target: Target, user_id: int, text: str | None) -> QueueTicket:

@@ -200,13 +200,14 @@ class Shopper:
     def heading(self):
         return self.page.locator("section:not([hidden]) h2").inner_text().strip()
 
-    def shot(self, name, readme=False):
-        """Check the view's contrast, save a screenshot under build/browser/ (and the README's, when asked)."""
+    def shot(self, name, readme=None):
+        """Check the view's contrast, save a screenshot under build/browser/; at size `readme`, the README's
+        copy too when VQ_README_SHOTS is set (`make screenshots`)."""
         assert readable(self.page) == [], f"text below WCAG AA contrast in view {name}"
         SHOTS.mkdir(parents=True, exist_ok=True)
         path = SHOTS / f"{name}-{self.size}.png"
         self.page.screenshot(path=path)
-        if readme and os.environ.get("VQ_README_SHOTS"):
+        if readme == self.size and os.environ.get("VQ_README_SHOTS"):
             save_small(path, README_SHOTS / f"{name}-{self.size}.png")
 
 
@@ -242,13 +243,18 @@ def readable(page):
 
 
 def save_small(source, target):
-    """A README copy of a screenshot: at most 640 px wide, 64 colours (a few tens of KB)."""
-    from PIL import Image
+    """A README copy of a screenshot: the page's background cropped away, at most 640 px wide, 64 colours."""
+    from PIL import Image, ImageChops
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     image = Image.open(source).convert("RGB")
+    background = Image.new("RGB", image.size, image.getpixel((0, image.height - 1)))
+    box = ImageChops.difference(image, background).getbbox()
+    if box:
+        image = image.crop((max(box[0] - 16, 0), max(box[1] - 16, 0),
+                            min(box[2] + 16, image.width), min(box[3] + 16, image.height)))
     if image.width > 640:
         image = image.resize((640, round(image.height * 640 / image.width)), Image.LANCZOS)
+    target.parent.mkdir(parents=True, exist_ok=True)
     image.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(target, optimize=True)
 
 
@@ -269,8 +275,9 @@ def shopper(request, browser):
         if not (refusal or announced):
             found.errors.append(f"{message.text} ({url})")
 
-    page.on("console", on_console)
-    page.on("pageerror", lambda error: found.errors.append(f"uncaught: {error}"))
+    # Every page of the context (a test may open the console beside the waiting room).
+    context.on("console", on_console)
+    context.on("weberror", lambda error: found.errors.append(f"uncaught: {error.error}"))
     yield found
     context.close()
     assert found.errors == [], "the page logged errors"

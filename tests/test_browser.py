@@ -59,7 +59,7 @@ def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stac
     page.wait_for_function(f"() => Number(document.getElementById('ahead').textContent) < {first_ahead}")
     made = progress(shopper)
     assert 0 < made < 100
-    shopper.shot("waiting", readme=True)
+    shopper.shot("waiting", readme="desktop")
 
     # A reload keeps the place and the progress made.
     page.reload()
@@ -70,7 +70,7 @@ def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stac
     shopper.expect_view("admitted")
     expect(page.locator("#turn")).to_have_text(t["admitted_h"])
     expect(page.locator("#pass-left")).to_contain_text(re.compile(r"[0-5]:\d\d"))
-    shopper.shot("admitted", readme=True)
+    shopper.shot("admitted", readme="desktop")
 
     # The Buy button has the focus: Enter buys.
     expect(page.locator("#buy")).to_be_focused()
@@ -79,7 +79,7 @@ def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stac
     expect(page.locator("#bought-text")).to_contain_text("Air Runner 90")
     expect(page.locator("#order-number")).to_contain_text(re.compile(r"\d"))
     assert "{" not in page.locator("main").inner_text()  # words, never the shop's raw JSON
-    shopper.shot("bought", readme=True)
+    shopper.shot("bought", readme="phone")
     assert [o["userId"] for o in stack.local.shop.summary()["orders"] if o["item"].endswith(f"/{target_id}/orders")] == [77]
 
     # A reload after buying shows the order, not a Buy button for a pass already used.
@@ -96,7 +96,7 @@ def test_pre_queue_counts_down_and_takes_a_place_at_the_opening_without_a_reload
     shopper.expect_view("prequeue")
     expect(page.locator("#opens-in")).to_have_text(re.compile(r"^0:0[0-8]$"))
     expect(page.locator("#opens-at")).not_to_be_empty()
-    shopper.shot("prequeue", readme=True)
+    shopper.shot("prequeue", readme="phone")
     page.evaluate("window.sameDocument = true")
 
     # After the opening the pump's next tick deals the places; the page finds its own by polling.
@@ -133,7 +133,13 @@ def test_trouble_is_visible_and_heals_by_itself(shopper, stack, target_id):
     try:
         expect(page.locator("#trouble")).to_be_visible(timeout=15_000)
         shopper.expect_view("waiting")  # the last place stays in view, marked as old
-        shopper.shot("reconnecting", readme=True)
+        shopper.shot("reconnecting", readme="desktop")
+        # A reload while it is down shows the page (the copy its service worker kept), not the browser's error.
+        page.reload()
+        shopper.expect_view("waiting")
+        expect(page.locator("#position")).to_have_text("2")
+        expect(page.locator("#trouble")).to_be_visible(timeout=15_000)
+        expect(page.locator("#last-update")).to_contain_text(re.compile(r"\d\d:\d\d:\d\d"))
     finally:
         stack.start_api()
     expect(page.locator("#trouble")).to_be_hidden(timeout=30_000)

@@ -52,6 +52,7 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
         assert "virtual-queue is running" in printed, printed
         redis_port = int(re.search(r"Redis +redis://127\.0\.0\.1:(\d+)", printed)[1])
         assert f"http://127.0.0.1:{port}/waiting-room/limited-drop/1" in printed
+        assert f"http://127.0.0.1:{port}/console" in printed
         assert f"http://127.0.0.1:{shop_port}/orders" in printed
 
         entries = f"http://127.0.0.1:{port}/virtual-queues/limited-drop/1/entries"
