@@ -132,11 +132,12 @@ def test_a_denied_or_headerless_purchase_answers_403_queue_bypass_denied(openapi
 def test_operator_routes_need_iam_and_client_routes_nothing(openapi):
     for path, methods in openapi["paths"].items():
         for method, spec in methods.items():
-            if path.endswith(("/stats", "/config")):
+            if path.endswith(("/stats", "/config")) or path in ("/virtual-queues", "/console"):
                 assert spec.get("security") == [{"sigv4": []}], (path, method)
             elif path not in PURCHASE_PATHS:
                 assert "security" not in spec, (path, method)
     assert "/virtual-queues/{queue_type}/{target_id}/stats" in openapi["paths"]
+    assert "/console" in openapi["paths"]
 
 
 # --- network, cache, secrets, flag ---
