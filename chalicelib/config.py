@@ -11,7 +11,7 @@
 | `VQ_BATCH_SIZE` | 100 | users admitted per tick |
 | `VQ_TICK_MS` | 2000 | length of one admission tick |
 | `VQ_MAX_WAITING` | 100000 | capacity of one target's line |
-| `VQ_HEARTBEAT_TIMEOUT_S` | 60 | a user who has not polled for this long is evicted |
+| `VQ_HEARTBEAT_TIMEOUT_S` | 60 | a user who has not polled for this long is evicted; clients are told to poll at most a third of it apart (at least 3) |
 | `VQ_TOKEN_TTL_S` | 300 | lifetime of an entry token |
 | `VQ_QUEUE_IDLE_TTL_S` | 1800 | an untouched queue's keys expire after this |
 | `VQ_MAX_EVICT_PER_TICK` | 1000 | most users one pump tick evicts per target (bounds the script's run time) |
@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
+
+from chalicelib import polling
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -214,6 +216,10 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     prefix = env.get("VQ_KEY_PREFIX", "vq")
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", prefix):
         raise ConfigError("VQ_KEY_PREFIX must be 1-64 of [A-Za-z0-9_.:-] (no braces: they make hash tags)")
+    heartbeat_timeout_s = _positive_int(env, "VQ_HEARTBEAT_TIMEOUT_S", 60)
+    problem = polling.heartbeat_problem(heartbeat_timeout_s)
+    if problem:
+        raise ConfigError(f"VQ_HEARTBEAT_TIMEOUT_S: {problem}")
     return Settings(
         redis_url=env.get("REDIS_URL") or None,
         key_prefix=prefix,
@@ -223,7 +229,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         batch_size=_positive_int(env, "VQ_BATCH_SIZE", 100),
         tick_ms=_positive_int(env, "VQ_TICK_MS", 2000, minimum=100),
         max_waiting=_positive_int(env, "VQ_MAX_WAITING", 100_000),
-        heartbeat_timeout_s=_positive_int(env, "VQ_HEARTBEAT_TIMEOUT_S", 60),
+        heartbeat_timeout_s=heartbeat_timeout_s,
         token_ttl_s=_positive_int(env, "VQ_TOKEN_TTL_S", 300),
         queue_idle_ttl_s=_positive_int(env, "VQ_QUEUE_IDLE_TTL_S", 1800),
         max_evict_per_tick=_positive_int(env, "VQ_MAX_EVICT_PER_TICK", 1000),

@@ -10,7 +10,7 @@ from typing import Callable
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from chalicelib import waits
+from chalicelib import polling, waits
 from chalicelib.config import Settings
 from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueUnavailable
 from chalicelib.flags import QueueSwitch
@@ -34,6 +34,7 @@ class QueueEntry:
     entry_token: EntryToken | None = None
     queue_ticket: str | None = None
     opens_at_ms: int | None = None
+    poll_after_ms: int | None = None  # PRE_QUEUE and WAITING: when to poll next (chalicelib/polling.py)
 
     def to_body(self) -> dict:
         if self.status == "PRE_QUEUE":
@@ -46,6 +47,8 @@ class QueueEntry:
         if self.position is not None:
             body["position"] = self.position
             body["etaSeconds"] = self.eta_seconds
+        if self.poll_after_ms is not None:
+            body["pollAfterMs"] = self.poll_after_ms
         if self.entry_token is not None:
             body["entryToken"] = self.entry_token.text
             expires = datetime.fromtimestamp(self.entry_token.expires_at, timezone.utc)
@@ -242,11 +245,18 @@ class WaitingRoom:
                 return QueueEntry("ADMITTED", entry_token=self.signer.seal_entry_token(target, user_id, grant))
             # Stored with the token's own TTL, so only a hold in another format (an older release's) gets here.
             raise NotInQueue("the entry token issued to this user is no longer valid; enter again")
+        heartbeat_s = self.settings.heartbeat_timeout_s
         if isinstance(place, Waiting):
-            eta = math.ceil(place.ahead / place.rate) if place.rate > 0 else None
-            return QueueEntry("WAITING", ahead_count=place.ahead, position=place.ahead + 1, eta_seconds=eta)
+            eta = place.ahead / place.rate if place.rate > 0 else None
+            return QueueEntry(
+                "WAITING", ahead_count=place.ahead, position=place.ahead + 1,
+                eta_seconds=None if eta is None else math.ceil(eta),
+                poll_after_ms=polling.waiting_poll_after_ms(eta, heartbeat_s),
+            )
         if isinstance(place, PreQueued):
-            return QueueEntry("PRE_QUEUE", opens_at_ms=place.opens_at_ms)
+            opens_in_ms = None if place.opens_at_ms is None else place.opens_at_ms - int(now * 1000)
+            return QueueEntry("PRE_QUEUE", opens_at_ms=place.opens_at_ms,
+                              poll_after_ms=polling.pre_queue_poll_after_ms(opens_in_ms, heartbeat_s))
         raise NotInQueue("not in this queue; enter again")
 
 

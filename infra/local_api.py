@@ -1,4 +1,4 @@
-"""The API on this machine: Chalice's local server (what `chalice local` runs), with three differences.
+"""The API on this machine: Chalice's local server (what `chalice local` runs), with five differences.
 
 - The environment wins. `chalice local` copies `.chalice/config.json`'s environment_variables over the
   process environment, so a `VQ_TICK_MS=200` given to the local stack would reach its pump but not the API,
@@ -8,20 +8,27 @@
 - One request at a time goes through the app, as in one Lambda container. The server has a thread per
   connection, but Chalice keeps the request in hand on the app object (`app.current_request`): two at once
   read each other's headers, and a user could be answered with another user's place or entry token.
+- Several worker processes (`--workers`, default two per core) serve one listening socket, as several
+  Lambda containers serve one API: one process answers a few hundred requests a second, a crowd asks more.
+- The listen backlog holds 1,024 connections, not 5: a burst of new connections past the backlog waits in
+  TCP retries of a second and more, and the queue would seem slow when its server only refused to listen.
 
-Usage: `python infra/local_api.py --port 8000` (the local stack starts it).
+Usage: `python infra/local_api.py --port 8000 [--workers N]` (the local stack starts it). SIGTERM or SIGINT
+stops every worker; if one dies the others are stopped too, and the exit status is 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import sys
 import threading
 from pathlib import Path
 
 from chalice.cli.factory import CLIFactory
 from chalice.deploy.validate import validate_routes
-from chalice.local import ChaliceRequestHandler, LocalDevServer
+from chalice.local import ChaliceRequestHandler, LocalDevServer, ThreadedHTTPServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,12 +45,18 @@ class _Handler(ChaliceRequestHandler):
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _handle_alone
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Serve the app until the process is stopped."""
+class _Server(ThreadedHTTPServer):
+    request_queue_size = 1024  # the listen backlog (socketserver's default is 5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the app until the process is stopped (0), or until a worker dies (1)."""
     parser = argparse.ArgumentParser(description="Serve the app locally; the environment wins over config.json.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--stage", default="dev")
+    parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1),
+                        help="processes serving the socket (a worker waits on Redis part of the time)")
     args = parser.parse_args(argv)
 
     # The factory writes the config's variables into the mapping it is given: a copy, so they cannot override.
@@ -53,8 +66,54 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault(name, value)
     app = config.chalice_app
     validate_routes(app.routes)
-    LocalDevServer(app, config, args.host, args.port, handler_cls=_Handler).serve_forever()
+    # Bound and listening before the fork, so every worker accepts from the one socket. Nothing has connected
+    # to Redis yet: each worker makes its own clients on its first request.
+    server = LocalDevServer(app, config, args.host, args.port, handler_cls=_Handler, server_cls=_Server)
+    workers = [_fork(server) for _ in range(args.workers)]
+    print(f"Serving on http://{args.host}:{args.port} with {len(workers)} workers", flush=True)
+    return _supervise(workers)
+
+
+def _fork(server: LocalDevServer) -> int:
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C at a terminal reaches the workers too
+        try:
+            server.server.serve_forever()
+        finally:
+            os._exit(1)
+    return pid
+
+
+def _supervise(workers: list[int]) -> int:
+    """Wait for a stop signal or a dead worker; then stop the rest."""
+    stopping = False
+
+    def stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+        raise SystemExit
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        pid, _ = os.wait()
+        workers.remove(pid)
+        print(f"local API worker {pid} died; stopping", file=sys.stderr, flush=True)
+    except SystemExit:
+        pass
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for pid in workers:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    return 0 if stopping else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,11 +2,13 @@
 
 Starts an embedded Valkey (unless REDIS_URL is set), makes a throwaway signing key (unless VQ_TOKEN_KEYS is
 set), starts the demo shop (infra/demo_shop.py) as the downstream of both purchase routes, the API
-(infra/local_api.py: Chalice's local server) and the admission pump in a loop, prints where to look, and
-on Ctrl-C stops everything it started. `LocalStack` does the same for the browser test and the simulator.
+(infra/local_api.py: Chalice's local server in several worker processes) and the admission pump in a loop,
+prints where to look, and on Ctrl-C or SIGTERM stops everything it started (also when started from a script
+that ignores SIGINT). If the API or the embedded Valkey dies, it says which and stops the rest (exit 1).
+`LocalStack` does the same for the browser test and the simulator.
 
 Options: `--port` (the API's; default VQ_LOCAL_PORT or 8000), `--shop-port` (default: the API's + 1),
-`--stock` (units per drop or event in the demo shop).
+`--stock` (units per drop or event in the demo shop), `--workers` (the API's processes).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class LocalStack:
     def __init__(
         self, env: Mapping[str, str] | None = None, api_port: int = 8000, shop_port: int = 0,
         stock: int = DEFAULT_STOCK, pump_class: type[Pump] | None = Pump, api_output: IO | None = None,
+        api_workers: int | None = None,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.api_port = api_port
@@ -59,6 +62,7 @@ class LocalStack:
         self.stock = stock
         self.pump_class = pump_class
         self.api_output = api_output
+        self.api_workers = api_workers
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.valkey = None
         self.shop: DemoShop | None = None
@@ -104,8 +108,9 @@ class LocalStack:
             self.pump = self.pump_class(store, self.settings, sleep=self._pump_sleep)
             self._pump_thread = threading.Thread(target=self._pump_loop, name="admission-pump", daemon=True)
             self._pump_thread.start()
+        workers = [] if self.api_workers is None else ["--workers", str(self.api_workers)]
         self.api = subprocess.Popen(
-            [sys.executable, str(ROOT / "infra" / "local_api.py"), "--port", str(self.api_port)],
+            [sys.executable, str(ROOT / "infra" / "local_api.py"), "--port", str(self.api_port), *workers],
             cwd=ROOT, env=env, start_new_session=True, stdout=self.api_output,
             stderr=None if self.api_output is None else subprocess.STDOUT,
         )
@@ -130,6 +135,14 @@ class LocalStack:
         if self.valkey is not None:
             self.valkey.stop()
             self.valkey = None
+
+    def failure(self) -> str | None:
+        """What has died under the running stack (the API, or the embedded Valkey), or None."""
+        if self.api is not None and self.api.poll() is not None:
+            return f"the API exited with code {self.api.returncode}"
+        if self.valkey is not None and not self.valkey.is_running():
+            return "the embedded Valkey stopped: the queue's state is gone"
+        return None
 
     def describe(self) -> str:
         """Where to look, for a person at the terminal."""
@@ -182,19 +195,24 @@ def _interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the stack until Ctrl-C or SIGTERM (exit 0), or until the API dies (exit 1)."""
+    """Run the stack until Ctrl-C or SIGTERM (exit 0), or until the API or the embedded Valkey dies (exit 1)."""
     parser = argparse.ArgumentParser(description="Run the whole waiting room locally; Ctrl-C stops all of it.")
     parser.add_argument("--port", type=int, default=int(os.environ.get("VQ_LOCAL_PORT") or 8000))
     parser.add_argument("--shop-port", type=int, help="the demo shop's port (default: the API's + 1)")
     parser.add_argument("--stock", type=int, default=DEFAULT_STOCK, help="units per drop or event in the demo shop")
+    parser.add_argument("--workers", type=int, help="the API's worker processes (default: two per core)")
     args = parser.parse_args(argv)
+    # Both, explicitly: a shell script that starts this in the background makes it ignore SIGINT.
     signal.signal(signal.SIGTERM, _interrupt)
-    stack = LocalStack(api_port=args.port, shop_port=args.shop_port or args.port + 1, stock=args.stock)
+    signal.signal(signal.SIGINT, _interrupt)
+    stack = LocalStack(api_port=args.port, shop_port=args.shop_port or args.port + 1, stock=args.stock,
+                       api_workers=args.workers)
     try:
         stack.start()
         print(stack.describe(), flush=True)
-        while stack.api.poll() is None:
+        while (failure := stack.failure()) is None:
             time.sleep(0.5)
+        print(f"stopping: {failure}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
         return 0

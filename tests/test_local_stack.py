@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import redis
 
 from infra.local_stack import LocalStack
 
@@ -86,6 +87,52 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
     assert not port_open(port), "the API is still listening"
     assert not port_open(shop_port), "the demo shop is still listening"
     assert not port_open(redis_port), "the embedded Valkey is still running"
+
+
+def start_stack(**popen):
+    """`make run`'s stack on free ports with its own embedded Valkey; (process, API port, Redis port, printed)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VQ_") and k != "REDIS_URL"}
+    command = [sys.executable, str(ROOT / "infra" / "local_stack.py"), "--port", str(port),
+               "--shop-port", str(free_port()), "--workers", "1"]
+    stack = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, **popen)
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "Ctrl-C stops everything" not in "".join(lines[-1:]):
+        lines.append(stack.stdout.readline())
+        if stack.poll() is not None:
+            break
+    printed = "".join(lines)
+    assert "virtual-queue is running" in printed, printed
+    return stack, port, int(re.search(r"Redis +redis://127\.0\.0\.1:(\d+)", printed)[1])
+
+
+def ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell does for a job it starts in the background
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT from a script"])
+def test_local_stack_stops_cleanly_on_sigterm_and_on_sigint_however_started(how):
+    stack, port, redis_port = start_stack(preexec_fn=ignore_sigint if how == "SIGINT from a script" else None)
+    stack.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+    output, _ = stack.communicate(timeout=30)
+    assert stack.returncode == 0 and "stopped." in output, output
+    assert not port_open(port) and not port_open(redis_port)
+
+
+@pytest.mark.slow
+def test_local_stack_says_so_and_stops_when_its_valkey_dies():
+    stack, port, redis_port = start_stack()
+    try:
+        redis.Redis(port=redis_port).shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass  # the server went before it could answer
+    output, _ = stack.communicate(timeout=30)
+    assert stack.returncode == 1, output
+    assert "stopping: the embedded Valkey stopped" in output
+    assert not port_open(port)
 
 
 def admitted_token(port, entries, user):
