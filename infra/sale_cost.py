@@ -1,0 +1,52 @@
+"""What a sale costs on AWS at list prices: the one place that writes those prices down.
+
+The simulator (infra/simulate.py) counts a sale's requests and how long it took; this turns them into
+dollars, for the paced polls it measured and for the same crowd polling every few seconds.
+Prices: US East (N. Virginia), on demand, without free tier or savings plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# USD. API Gateway REST APIs: per million requests (first 333 million a month; HTTP APIs are $1.00).
+API_GATEWAY_REST_PER_MILLION = 3.50
+# Lambda (x86): per million invocations, and per GB-second of billed duration (rounded up to the millisecond).
+LAMBDA_PER_MILLION = 0.20
+LAMBDA_PER_GB_SECOND = 0.0000166667
+# ElastiCache for Valkey, node-based: per node-hour of the template's default node type (Redis OSS costs 20% more).
+CACHE_NODE_HOUR = {"cache.r7g.large": 0.175}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the stack runs the sale on (infra/settings.yaml and cache.yaml defaults)."""
+
+    memory_mb: int = 1024
+    cache_node_type: str = "cache.r7g.large"
+    cache_nodes: int = 2  # one shard, one replica
+
+
+@dataclass(frozen=True)
+class SaleLoad:
+    """A sale's traffic: requests through the gateway, the authorizer's calls, the handler's time, the length."""
+
+    api_requests: int
+    authorizer_calls: int  # one per purchase request
+    handler_seconds: float  # billed duration of every API request together
+    duration_s: float
+
+
+def sale_cost(load: SaleLoad, deployment: Deployment = Deployment()) -> dict:
+    """The sale's cost in USD, by item, and the total."""
+    gb = deployment.memory_mb / 1024
+    invocations = load.api_requests + load.authorizer_calls + load.duration_s / 60  # the pump: one run a minute
+    # The pump runs the whole sale through; the authorizer verifies an HMAC in about a millisecond.
+    gb_seconds = gb * (load.handler_seconds + load.authorizer_calls * 0.001 + load.duration_s)
+    items = {
+        "api_gateway": load.api_requests / 1e6 * API_GATEWAY_REST_PER_MILLION,
+        "lambda_requests": invocations / 1e6 * LAMBDA_PER_MILLION,
+        "lambda_gb_seconds": gb_seconds * LAMBDA_PER_GB_SECOND,
+        "cache": deployment.cache_nodes * CACHE_NODE_HOUR[deployment.cache_node_type] * load.duration_s / 3600,
+    }
+    return {**{name: round(usd, 4) for name, usd in items.items()}, "total": round(sum(items.values()), 4)}

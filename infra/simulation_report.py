@@ -1,0 +1,346 @@
+"""The flash-sale simulator's report: what the crowd did, checked, and what it would cost (infra/simulate.py).
+
+Checks (each makes the run fail): the pump's admissions per tick, the shop's rate, oversells, that every
+user who kept polling got in, that the API never failed. Targets (measured, shown met or missed, not
+failing the run: they are times, and this machine is shared): requests per admitted user against a fixed
+2.5 s poll, peak requests/s per waiting user, admission-to-notice p95.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from pathlib import Path
+
+from chalicelib import polling
+from chalicelib.gate import purchase_path
+from chalicelib.pump import TickReport
+from chalicelib.store import TargetTick
+from chalicelib.targets import Target
+from infra.sale_cost import Deployment, SaleLoad, sale_cost
+
+TARGET = Target("limited-drop", 1)
+ENTRIES = f"/virtual-queues/{TARGET.type}/{TARGET.id}/entries"
+PURCHASE = purchase_path(TARGET)
+KINDS = ("enter", "status", "leave", "purchase")  # of API call
+
+SHOP_WINDOW_S = 5  # the shop's load is checked over windows this long
+FIXED_POLL_S = 2.5  # what the waiting-room page did before the server paced it: the comparison
+WINDOW_S = 10  # requests per waiting user are taken over windows this long
+LONG_LINE_SHARE = 0.1  # ... while the line holds at least this share of its longest length
+TARGETS = {"requests per admitted user, share of the fixed poll's": 1 / 5,
+           "peak requests/s per waiting user": 0.1, "admission-to-notice p95 s": 2.0}
+
+
+def target_tick(report: TickReport) -> TargetTick | None:
+    result = report.targets.get(TARGET)
+    return result if isinstance(result, TargetTick) else None
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
+
+
+def analyse(options, users, api, pump, shop, settings, started, finished) -> dict:
+    """The report: figures, series for the plot, the checks with their verdicts, the targets with theirs."""
+    batch, tick_ms = settings.batch_size, settings.tick_ms
+
+    # Admissions per tick, from the pump's own record. A tick after which users still waited had to admit
+    # a full batch for every tick it covered (a late pump makes up for missed ticks, up to the catch-up cap).
+    ticks, previous = [], None
+    for at, report in pump.ticks:
+        result = target_tick(report)
+        if result is None or result.applied_tick is None:
+            continue
+        covered = 1 if previous is None else min(result.applied_tick - previous, settings.catchup_ticks)
+        previous = result.applied_tick
+        ticks.append({"t": round(at - started, 3), "server_s": result.server_ms / 1000, "covered": covered,
+                      "admitted": result.admitted, "waiting": result.waiting, "evicted": result.evicted,
+                      "mark": result.mark})
+    busy = [t for t in ticks if t["waiting"] > 0]
+    over_batch = [t for t in ticks if t["admitted"] > batch * t["covered"]]
+    short_batch = [t for t in busy if t["admitted"] < batch * t["covered"]]
+
+    # Requests reaching the shop per SHOP_WINDOW_S window. Ticks start every tick_ms, so a window holds the
+    # admissions of SHOP_WINDOW_S / tick_ms ticks and can catch the edge of one more; and users admitted up
+    # to one near-front poll gap before it hear of it, and buy, within it: the allowance.
+    duration = finished - started
+    seconds = int(duration) + 1
+    rate = batch * 1000 / tick_ms
+    allowed = batch * (math.ceil((SHOP_WINDOW_S * 1000 + polling.NEAR_FRONT_MS) / tick_ms) + 1)
+    shop_series = _per_second((r["at"] for r in shop["requests"]), started, seconds)
+    shop_windows = [sum(shop_series[s:s + SHOP_WINDOW_S]) for s in range(max(1, seconds - SHOP_WINDOW_S + 1))]
+    admitted_per_second = [0] * seconds
+    for t in ticks:
+        admitted_per_second[min(seconds - 1, max(0, int(t["t"])))] += t["admitted"]
+
+    # When the pump let each user in: the first tick whose mark reached their seq (a user is admitted by seq).
+    marks, tick_times = [t["mark"] for t in ticks], [t["server_s"] for t in ticks]
+
+    def pump_admitted_at(user) -> float | None:
+        i = bisect.bisect_left(marks, user.seq) if user.seq is not None else len(marks)
+        return tick_times[i] if i < len(marks) else None
+
+    seen = [u for u in users if u.admitted_at is not None]
+    notice = [u.admitted_at - at for u in seen if (at := pump_admitted_at(u)) is not None]
+    eta_errors = [at - u.entered_at - u.eta_s for u in seen if u.eta_s is not None
+                  and (at := pump_admitted_at(u)) is not None]
+    orders_per_item = Counter(order["item"] for order in shop["orders"])
+    orders_per_buyer = Counter((order["item"], order["userId"]) for order in shop["orders"])
+    requests_per_user = Counter(request["userId"] for request in shop["requests"])
+    oversold = sum(max(0, n - options.stock) for n in orders_per_item.values())
+    second_orders = sum(n - 1 for n in orders_per_buyer.values())
+    tokens_used_twice = sum(n - 1 for n in requests_per_user.values())
+    keepers = [u for u in users if u.gives_up_s is None]
+    outcomes = Counter(u.outcome for u in users)
+
+    load = _load(users, api, ticks, started, seconds, len(seen))
+    latency = {kind: {"n": len(values), "p50": _round(percentile(values, 0.5), 1000),
+                      "p95": _round(percentile(values, 0.95), 1000)}
+               for kind, values in api.latencies.items() if values}
+    cost = _costs(load, latency, duration)
+    notice_spread = _spread(notice)
+    paced, fixed = load["paced"], load["fixed_2.5s_poll"]
+    per_user_share = paced["requests_per_admitted_user"] / fixed["requests_per_admitted_user"] \
+        if fixed["requests_per_admitted_user"] else None
+    measured = {"requests per admitted user, share of the fixed poll's": per_user_share,
+                "peak requests/s per waiting user": paced["peak_per_1000_waiting"] and
+                paced["peak_per_1000_waiting"] / 1000,
+                "admission-to-notice p95 s": notice_spread["p95"]}
+
+    checks = {
+        "admissions per tick never above the batch": not over_batch,
+        "a full batch every tick while users waited": not short_batch,
+        "shop never above the target rate": max(shop_windows, default=0) <= allowed,
+        "no oversells": oversold == 0 and second_orders == 0,
+        "no entry token reached the shop twice": tokens_used_twice == 0,
+        "every user who kept polling was admitted": all(u.admitted_at is not None for u in keepers),
+        "the API never failed": not api.failures,
+    }
+    answered = sum(len(values) for values in api.latencies.values())
+    return {
+        "parameters": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(options).items()},
+                       "target": str(TARGET), "batch": batch, "tick_ms": tick_ms,
+                       "heartbeat_timeout_s": settings.heartbeat_timeout_s},
+        "duration_s": round(duration, 2),
+        "users": {"total": len(users), "kept_polling": len(keepers), "admitted": len(seen),
+                  "outcomes": dict(outcomes), "queue_full_retries": sum(u.full_retries for u in users),
+                  "reentries": sum(u.reentries for u in users)},
+        "admissions": {"target_per_tick": batch, "ticks": len(ticks), "ticks_with_users_waiting": len(busy),
+                       "admitted_per_busy_tick": _spread([t["admitted"] / t["covered"] for t in busy]),
+                       "catch_up_ticks": sum(t["covered"] > 1 for t in ticks),
+                       "evicted": sum(t["evicted"] for t in ticks), "series": ticks},
+        "shop": {"target_per_s": rate, "window_s": SHOP_WINDOW_S, "allowed_per_window": allowed,
+                 "max_per_window": max(shop_windows, default=0), "max_in_a_second": max(shop_series, default=0),
+                 "windows_over_allowed": sum(n > allowed for n in shop_windows), "requests": len(shop["requests"]),
+                 "orders": len(shop["orders"]), "refused": shop["refused"], "per_second": shop_series,
+                 "admitted_per_second": admitted_per_second},
+        "notice_s": {"meaning": "when the user saw ADMITTED minus when the pump's tick admitted them "
+                                "(the poll gap near the front, plus the local API's latency)", **notice_spread},
+        "eta_error_s": {"meaning": "when the pump admitted the user minus when etaSeconds (on entry) said",
+                        **_spread(eta_errors)},
+        "load": load,
+        "cost_usd": cost,
+        "latency_ms": latency,
+        "api": {"requests": answered, "per_s": round(answered / duration, 1),
+                "backlog_s": {"meaning": "how long requests waited for a free connection in the simulator",
+                              **_spread([wait for waits in api.backlog.values() for wait in waits])}},
+        "oversells": {"units_over_stock": oversold, "second_orders": second_orders,
+                      "tokens_used_twice": tokens_used_twice,
+                      "double_clicks": sum(len(u.purchase_answers) > 1 for u in users)},
+        "api_failures": dict(api.failures),
+        "checks": checks,
+        "targets": {name: {"target": bound, "measured": _round(measured[name]),
+                           "met": measured[name] is not None and measured[name] <= bound}
+                    for name, bound in TARGETS.items()},
+        "ok": all(checks.values()),
+    }
+
+
+def _load(users, api, ticks, started, seconds, admitted) -> dict:
+    """Requests per admitted user by kind, and per second per 1,000 waiting users: as paced, and as a fixed
+    2.5 s poll would have asked of the same users over the same waits."""
+    waiting: list[int | None] = [None] * seconds  # users in line each second, from the last tick within it
+    for t in ticks:
+        waiting[min(seconds - 1, max(0, int(t["t"])))] = t["waiting"]
+    for s in range(seconds):
+        if waiting[s] is None:
+            waiting[s] = waiting[s - 1] if s else 0
+    paced_series = [0] * seconds
+    for times in api.sent.values():
+        for second, n in enumerate(_per_second(times, started, seconds)):
+            paced_series[second] += n
+    # The fixed poll: the same enters, leaves and purchases, and a poll every 2.5 s while each user waited.
+    fixed_series = [n for n in paced_series]
+    fixed_polls = 0
+    for second, n in enumerate(_per_second(api.sent["status"], started, seconds)):
+        fixed_series[second] -= n
+    for user in users:
+        if user.entered_at is None or user.stopped_waiting_at is None:
+            continue
+        polls = math.ceil((user.stopped_waiting_at - user.entered_at) / FIXED_POLL_S)
+        fixed_polls += polls
+        for k in range(1, polls + 1):
+            second = int(user.entered_at + k * FIXED_POLL_S - started)
+            fixed_series[min(seconds - 1, max(0, second))] += 1
+    by_kind = {kind: len(times) for kind, times in api.sent.items()}
+    fixed_by_kind = {**by_kind, "status": fixed_polls}
+    longest = max(waiting, default=0)
+    arrived = max((u.entered_at for u in users if u.entered_at is not None), default=started) - started
+    # Windows after the last arrival, while the line is long: at its tail the few left are all near the
+    # front, where polls are meant to come every second, and a burst of arrivals is the gateway's burst.
+    windows = [range(start, start + WINDOW_S) for start in range(math.ceil(arrived) + 1, seconds - WINDOW_S + 1)]
+    long_windows = [w for w in windows if min(waiting[s] for s in w) >= max(1, LONG_LINE_SHARE * longest)]
+
+    def figures(series, counts) -> dict:
+        per_1000 = [1000 * sum(series[s] for s in w) / sum(waiting[s] for s in w) for w in long_windows]
+        return {
+            "requests": sum(counts.values()),
+            "requests_by_kind": counts,
+            "requests_per_admitted_user": round(sum(counts.values()) / admitted, 2) if admitted else None,
+            "requests_per_admitted_user_by_kind": {kind: round(n / admitted, 2) for kind, n in counts.items()}
+            if admitted else None,
+            "peak_requests_per_s": max(series, default=0),
+            "mean_per_1000_waiting": round(sum(per_1000) / len(per_1000), 1) if per_1000 else None,
+            "peak_per_1000_waiting": round(max(per_1000), 1) if per_1000 else None,
+        }
+
+    return {
+        "meaning": f"per 1,000 waiting: requests/s over {WINDOW_S}-s windows after the last arrival while at "
+                   f"least {LONG_LINE_SHARE:.0%} of the longest line waited; the fixed poll: every waiting user "
+                   f"polls every {FIXED_POLL_S} s over the waits measured here, the other requests as measured",
+        "windows": len(long_windows),
+        "longest_line": longest,
+        "paced": figures(paced_series, by_kind),
+        "fixed_2.5s_poll": figures(fixed_series, fixed_by_kind),
+        "series": {"waiting": waiting, "paced_requests": paced_series, "fixed_poll_requests": fixed_series},
+    }
+
+
+def _costs(load: dict, latency: dict, duration: float) -> dict:
+    """The sale at list prices, paced and with the fixed poll. A request is billed as long as its median
+    latency here (an upper bound: that includes this machine's loopback and queueing)."""
+    handler_s = {kind: (v["p50"] or 0) / 1000 for kind, v in latency.items()}
+    deployment = Deployment()
+
+    def cost(figures: dict) -> dict:
+        counts = figures["requests_by_kind"]
+        return sale_cost(SaleLoad(
+            api_requests=sum(counts.values()), authorizer_calls=counts.get("purchase", 0),
+            handler_seconds=sum(n * handler_s.get(kind, 0) for kind, n in counts.items()), duration_s=duration,
+        ), deployment)
+
+    return {"deployment": vars(deployment), "paced": cost(load["paced"]),
+            "fixed_2.5s_poll": cost(load["fixed_2.5s_poll"])}
+
+
+def _per_second(times, started: float, seconds: int) -> list[int]:
+    series = [0] * seconds
+    for at in times:
+        series[min(seconds - 1, max(0, int(at - started)))] += 1
+    return series
+
+
+def _round(value: float | None, scale: float = 1) -> float | None:
+    return None if value is None else round(value * scale, 3)
+
+
+def _spread(values: list[float]) -> dict:
+    return {"n": len(values), "min": _round(min(values, default=None)), "p5": _round(percentile(values, 0.05)),
+            "p50": _round(percentile(values, 0.5)), "p95": _round(percentile(values, 0.95)),
+            "max": _round(max(values, default=None))}
+
+
+def plot(report: dict, path: Path) -> None:
+    """Queue length; admissions and shop requests per second against the target rate; API requests per
+    second, paced and as a fixed 2.5 s poll would have asked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ticks, shop, series = report["admissions"]["series"], report["shop"], report["load"]["series"]
+    seconds = range(len(shop["per_second"]))
+    figure, (line, rates, api) = plt.subplots(3, 1, sharex=True, figsize=(10, 10), height_ratios=[2, 3, 3])
+    line.plot([t["t"] for t in ticks], [t["waiting"] for t in ticks], color="tab:blue")
+    line.set_ylabel("users waiting")
+    line.set_title(f"{report['users']['total']} users, {report['parameters']['batch']} admitted every "
+                   f"{report['parameters']['tick_ms']} ms, stock {report['parameters']['stock']}, "
+                   f"heartbeat {report['parameters']['heartbeat_timeout_s']} s")
+    line.grid(alpha=0.3)
+    rates.bar([s + 0.5 for s in seconds], shop["per_second"], width=0.9, color="tab:orange", alpha=0.6,
+              label="requests reaching the shop")
+    rates.step([s + 1 for s in seconds], shop["admitted_per_second"], where="pre", color="tab:green",
+               label="admitted by the pump")
+    rates.axhline(shop["target_per_s"], color="black", linestyle="--", label=f"target {shop['target_per_s']:g}/s")
+    rates.axhline(shop["allowed_per_window"] / shop["window_s"], color="tab:red", linestyle=":",
+                  label=f"allowed over {shop['window_s']} s ({shop['allowed_per_window']})")
+    rates.set_ylabel("per second")
+    rates.legend(loc="upper right")
+    rates.grid(alpha=0.3)
+    api.plot(seconds, series["fixed_poll_requests"], color="tab:gray", label=f"polling every {FIXED_POLL_S} s")
+    api.plot(seconds, series["paced_requests"], color="tab:purple", label="paced by pollAfterMs (measured)")
+    api.set_yscale("symlog")
+    api.set_xlabel("seconds since the first arrival")
+    api.set_ylabel("API requests per second")
+    api.legend(loc="upper right")
+    api.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def summary(report: dict, out: Path) -> str:
+    u, a, s, o = report["users"], report["admissions"], report["shop"], report["oversells"]
+    e, n = report["eta_error_s"], report["notice_s"]
+    paced, fixed = report["load"]["paced"], report["load"]["fixed_2.5s_poll"]
+    cost = report["cost_usd"]
+    latency = "; ".join(f"{kind} p50 {v['p50']} ms p95 {v['p95']} ms" for kind, v in report["latency_ms"].items())
+    outcomes = ", ".join(f"{k} {what}" for what, k in sorted(u["outcomes"].items(), key=lambda item: -item[1]))
+    failed = [name for name, ok in report["checks"].items() if not ok]
+    targets = "; ".join(f"{name} {t['measured']} (target <= {t['target']:.3g}: {'met' if t['met'] else 'MISSED'})"
+                        for name, t in report["targets"].items())
+
+    def kinds(figures: dict) -> str:
+        by_kind = figures["requests_per_admitted_user_by_kind"] or {}
+        return ", ".join(f"{kind} {k}" for kind, k in by_kind.items())
+
+    return "\n".join([
+        f"{u['total']} users against {report['parameters']['target']}: {a['target_per_tick']} admitted every "
+        f"{report['parameters']['tick_ms']} ms ({s['target_per_s']:g}/s), heartbeat "
+        f"{report['parameters']['heartbeat_timeout_s']} s; run took {report['duration_s']} s",
+        f"  users       {u['admitted']} admitted ({u['kept_polling']} kept polling); {outcomes}; "
+        f"{u['queue_full_retries']} queue-full retries, {u['reentries']} re-entries, {a['evicted']} evicted",
+        f"  admissions  {a['ticks_with_users_waiting']} ticks with users waiting admitted "
+        f"{a['admitted_per_busy_tick']['min']}-{a['admitted_per_busy_tick']['max']} per tick (target "
+        f"{a['target_per_tick']}); {a['catch_up_ticks']} catch-up ticks",
+        f"  shop        at most {s['max_per_window']} requests in {s['window_s']} s (target {s['target_per_s']:g}/s, "
+        f"allowed {s['allowed_per_window']} with tick alignment and the near-front poll gap), at most "
+        f"{s['max_in_a_second']} in a second; {s['requests']} requests, {s['orders']} orders",
+        f"  notice      admitted -> seen: p50 {n['p50']} s, p95 {n['p95']} s, max {n['max']} s (n={n['n']}); "
+        f"ETA error p5 {e['p5']} s, p50 {e['p50']} s, p95 {e['p95']} s",
+        f"  per user    {paced['requests_per_admitted_user']} requests per admitted user ({kinds(paced)}); "
+        f"polling every {FIXED_POLL_S} s: {fixed['requests_per_admitted_user']} ({kinds(fixed)})",
+        f"  load        per 1,000 waiting: mean {paced['mean_per_1000_waiting']}, peak "
+        f"{paced['peak_per_1000_waiting']} requests/s (every {FIXED_POLL_S} s: mean "
+        f"{fixed['mean_per_1000_waiting']}, peak {fixed['peak_per_1000_waiting']}); peak {paced['peak_requests_per_s']} "
+        f"requests/s in a second (every {FIXED_POLL_S} s: {fixed['peak_requests_per_s']}); "
+        f"{report['load']['windows']} windows with a long line",
+        f"  cost        ${cost['paced']['total']:.2f} at list prices (gateway ${cost['paced']['api_gateway']:.2f}, "
+        f"Lambda ${cost['paced']['lambda_requests'] + cost['paced']['lambda_gb_seconds']:.2f}, cache "
+        f"${cost['paced']['cache']:.2f}); polling every {FIXED_POLL_S} s: ${cost['fixed_2.5s_poll']['total']:.2f}",
+        f"  latency     {latency}",
+        f"  API         answered {report['api']['requests']} requests ({report['api']['per_s']}/s); they waited "
+        f"p50 {report['api']['backlog_s']['p50']} s, p95 {report['api']['backlog_s']['p95']} s for a connection",
+        f"  oversells   {o['units_over_stock'] + o['second_orders']}; entry tokens used twice {o['tokens_used_twice']} "
+        f"({o['double_clicks']} double clicks)",
+        f"  API errors  {report['api_failures'] or 0}",
+        f"  targets     {targets}",
+        "  checks      " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)),
+        f"  written     {out / 'report.json'}, {out / 'plot.png'}",
+    ])
