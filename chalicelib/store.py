@@ -316,17 +316,17 @@ class QueueStore:
             [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active,
              k.draw],
             [user_id, now_ms, grant.text, grant.expires_at * 1000 - now_ms, grant.expires_at * 1000,
-             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms, ticket.seq],
+             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms, ticket.seq, defaults.idle_ttl_ms],
         ))
 
-    def leave(self, target: Target, user_id: int, entry: int, now_ms: int) -> bool | OtherEntry:
+    def leave(self, target: Target, user_id: int, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
         """Take `user_id`'s entry numbered `entry` (its ticket's seq) out of line (or the pre-queue), revoking an
         entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
         their current entry."""
         k = self.keys(target)
         left = self._guarded(
             self._leave, [k.waiting, k.heartbeat, k.token(user_id), k.stats, k.prequeue, k.active, k.revoked, k.draw],
-            [user_id, entry, now_ms, CLOCK_SKEW_MARGIN_MS],
+            [user_id, entry, now_ms, CLOCK_SKEW_MARGIN_MS, idle_ttl_ms],
         )
         return OtherEntry() if left == -1 else left == 1
 

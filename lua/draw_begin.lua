@@ -14,4 +14,9 @@ end
 redis.call('DEL', KEYS[1])
 local highest = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2] or '0'
 redis.call('HSET', KEYS[1], 'opens_at_ms', opens_at, 'seed', ARGV[1], 'state', 'drawing', 'last', highest)
+-- The record expires with the pre-queue it draws from (the pump slides both while it visits the target).
+local ttl = redis.call('PTTL', KEYS[3])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
 return {ARGV[1], 0}

@@ -11,4 +11,10 @@ for i = 2, #ARGV, 2 do
     redis.call('ZADD', KEYS[2], ARGV[1], ARGV[i])
   end
 end
+-- A line this creates expires with the pre-queue it comes from (the pump slides both while it visits the target).
+local ttl = redis.call('PTTL', KEYS[3])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl, 'NX')
+  redis.call('PEXPIRE', KEYS[2], ttl, 'NX')
+end
 return 1

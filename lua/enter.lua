@@ -38,6 +38,7 @@ if seq and seq <= mark then
   redis.call('ZREM', KEYS[1], user)
   redis.call('ZREM', KEYS[2], user)
   redis.call('ZADD', KEYS[11], ARGV[7], user)
+  redis.call('PEXPIRE', KEYS[11], ARGV[4], 'NX')
   return {'ADMITTED', held, 1}
 end
 

@@ -9,6 +9,7 @@
 -- KEYS[7] revoked     zset: token id -> until when (ms) it stays refused (its expiry plus the clock-skew margin)
 -- KEYS[8] draw        hash: `last`, the highest arrival number the opening draw placed
 -- ARGV[1] user id   ARGV[2] the entry number on the caller's ticket   ARGV[3] now (ms)   ARGV[4] clock-skew margin (ms)
+-- ARGV[5] idle TTL (ms)
 -- Returns 1 if the user was in line, 0 if not, -1 if the ticket is of another (earlier) entry: nothing changes.
 local user = ARGV[1]
 local held = redis.call('GET', KEYS[3])
@@ -26,6 +27,7 @@ end
 local removed = math.max(redis.call('ZREM', KEYS[1], user), redis.call('ZREM', KEYS[5], user))
 if removed == 1 then
   redis.call('HINCRBY', KEYS[4], 'left', 1)
+  redis.call('PEXPIRE', KEYS[4], ARGV[5], 'NX')
 end
 redis.call('ZREM', KEYS[2], user)
 local expiry = redis.call('ZSCORE', KEYS[6], user)

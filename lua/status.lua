@@ -13,6 +13,7 @@
 -- ARGV[3] a fresh entry token's grant, stored (after the entry's number) only if this call admits the user   ARGV[4] its TTL (ms)
 -- ARGV[5] its expiry (epoch ms)   ARGV[6] the user's wait so far (ms)   ARGV[7] its histogram bucket
 -- ARGV[8] default batch   ARGV[9] default tick length (ms)   ARGV[10] the entry number on the caller's ticket
+-- ARGV[11] idle TTL (ms)
 -- Returns one of:
 --   {'ADMITTED', 'entry number grant', issued now (0|1)}
 --   {'WAITING', seq, users ahead, admissions per second}
@@ -61,6 +62,10 @@ if seq <= mark then
   redis.call('HINCRBY', KEYS[5], 'wait_count', 1)
   redis.call('HINCRBY', KEYS[5], 'wait_ms', ARGV[6])
   redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
+  -- Keys an admission may create expire like the rest of the queue (the pump slides them while it visits).
+  for _, i in ipairs({5, 6, 9}) do
+    redis.call('PEXPIRE', KEYS[i], ARGV[11], 'NX')
+  end
   return {'ADMITTED', held, 1}
 end
 redis.call('ZADD', KEYS[2], ARGV[2], user)

@@ -155,7 +155,7 @@ def test_users_who_left_are_skipped_so_every_tick_admits_batch_users_still_waiti
     fill(runtime.waiting_room(), DROP, range(1, 201))
     leavers = set(random.Random(3).sample(range(1, 201), 60))  # 30 %
     for user in leavers:
-        store.leave(DROP, user, user, 0)  # users entered in order: each one's seq is their id
+        store.leave(DROP, user, user, 0, 60_000)  # users entered in order: each one's seq is their id
     pump = Pump(store, runtime.settings())
     waiting_key = store.keys(DROP).waiting
     skipped = 0

@@ -165,7 +165,7 @@ def abandonment(url: str, users: int = 20_000, ticks: int = 20) -> dict:
     leavers = random.Random(7).sample(range(1, users + 1), int(users * 0.3))
     for target in (TARGET, NAIVE):
         for user in leavers:
-            store.leave(target, user, user, 0)  # seq = user id (load_line)
+            store.leave(target, user, user, 0, 60_000)  # seq = user id (load_line)
     naive = client.register_script(NAIVE_ADMIT)
     rules = Pump(store, settings).rules
     dk, nk = store.keys(TARGET), store.keys(NAIVE)
