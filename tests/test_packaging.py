@@ -64,6 +64,16 @@ def test_package_holds_every_lua_script(package):
 
 
 @pytest.mark.slow
+def test_package_holds_hiredis_built_for_the_lambda_runtime(package):
+    # redis-py packs commands and parses replies with hiredis when it can import it: a C extension, so the
+    # package must hold the manylinux build for the runtime's Python (chalice package targets this one's) on x86_64.
+    names = zipfile.ZipFile(package).namelist()
+    assert f"hiredis/hiredis.cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so" in names
+    wheel = next(name for name in names if name.startswith("hiredis-") and name.endswith(".dist-info/WHEEL"))
+    assert "-manylinux" in zipfile.ZipFile(package).read(wheel).decode()
+
+
+@pytest.mark.slow
 def test_package_holds_the_waiting_room_page(package):
     page = "chalicelib/static/waiting-room.html"
     assert zipfile.ZipFile(package).read(page) == (ROOT / page).read_bytes()
