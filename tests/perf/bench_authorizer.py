@@ -41,6 +41,8 @@ from chalicelib import runtime  # noqa: E402
 from chalicelib.gate import authorize, check_entry  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 
+import benchlib  # noqa: E402  (beside this file)
+
 TARGET = Target("limited-drop", 42)
 METHOD_ARN = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/api/POST/limited-drops/42/orders"
 
@@ -57,7 +59,7 @@ class LambdaContext:
     log_stream_name = "2026/01/01/[$LATEST]0123456789abcdef"
 
 
-def rates(calls: dict, rounds: int = 9, seconds: float = 0.25) -> dict[str, list[float]]:
+def rates(calls: dict, rounds: int = 9, seconds: float = 0.25) -> tuple[dict[str, list[float]], list[float]]:
     """Calls per second of each of `calls`, once per round: on a shared machine a slow spell then hits
     every measure of a round alike instead of one measure all the time."""
     batches = {}
@@ -72,7 +74,9 @@ def rates(calls: dict, rounds: int = 9, seconds: float = 0.25) -> dict[str, list
             batch *= 2
         batches[name] = batch
     found: dict[str, list[float]] = {name: [] for name in calls}
+    loads = []
     for _ in range(rounds):
+        loads.append(benchlib.load_average())
         for name, call in calls.items():
             batch, done, started = batches[name], 0, time.perf_counter()
             while (elapsed := time.perf_counter() - started) < seconds:
@@ -80,7 +84,7 @@ def rates(calls: dict, rounds: int = 9, seconds: float = 0.25) -> dict[str, list
                     call()
                 done += batch
             found[name].append(done / elapsed)
-    return found
+    return found, loads
 
 
 def main() -> None:
@@ -109,7 +113,7 @@ def main() -> None:
     assert purchase_authorizer(event, context)["policyDocument"]["Statement"][0]["Effect"] == "Allow"
     assert check_entry(signer, TARGET, token, "7", now) is not None
 
-    found = rates({
+    found, loads = rates({
         "bare_hmac_sha256": lambda: hmac.new(key, payload, hashlib.sha256).digest(),
         "read_entry_token": lambda: signer.read_entry_token(token, now),
         "check_entry": lambda: check_entry(signer, TARGET, token, "7", now),
@@ -118,7 +122,7 @@ def main() -> None:
     })
     bare = found["bare_hmac_sha256"]
     results = {name: statistics.median(values) for name, values in found.items()}
-    ratios = {name: statistics.median(v / b for v, b in zip(values, bare)) for name, values in found.items()}
+    ratios = {name: benchlib.ratios(values, bare) for name, values in found.items()}
     report = {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -127,16 +131,16 @@ def main() -> None:
         "rounds": len(bare),
         "per_second": {name: round(value) for name, value in results.items()},
         "microseconds_per_call": {name: round(1e6 / value, 2) for name, value in results.items()},
-        "ratio_to_bare_hmac": {name: round(value, 3) for name, value in ratios.items()},
+        "ratio_to_bare_hmac": ratios,
+        "load_average": benchlib.loads(loads),
         "target_ratio": 0.5,
     }
-    print("baseline: hmac.new(key, payload, hashlib.sha256).digest(); medians of interleaved rounds")
-    print(f"{'measure':<22}{'per second':>14}{'us/call':>10}{'x bare HMAC':>14}")
+    print(f"baseline: hmac.new(key, payload, hashlib.sha256).digest(); median [range] of {len(bare)} alternating "
+          f"rounds, load average {min(loads)}-{max(loads)}")
+    print(f"{'measure':<22}{'per second':>14}{'us/call':>10}{'x bare HMAC':>26}")
     for name, value in results.items():
-        print(f"{name:<22}{value:>14,.0f}{1e6 / value:>10.2f}{ratios[name]:>14.3f}")
-    out = ROOT / "build" / "bench_authorizer.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"{name:<22}{value:>14,.0f}{1e6 / value:>10.2f}{benchlib.shown(ratios[name], 'x', 3):>26}")
+    out = benchlib.write_json("bench_authorizer.json", report)
     print(f"written to {out.relative_to(ROOT)}")
 
 

@@ -1,93 +1,134 @@
-"""Benchmark: cold start, the import of `app` in a fresh interpreter against the import of its dependencies alone.
+"""Benchmark: cold start of the real package, against importing its dependencies alone.
 
-Run: .venv/bin/python tests/perf/bench_cold_start.py   (no Redis needed: importing the app connects to nothing)
-Measures, in fresh interpreters taking turns (medians of the rounds; one warm-up each, so bytecode is compiled):
-  - `import app`, with the environment it needs (signing keys), timed inside the interpreter in CPU time (the
-    process's own, so other work on a shared machine does not count; wall time is in the JSON too);
-  - the dependencies alone: chalice, redis, aws_lambda_powertools (Logger, Metrics, Tracer, feature flags);
-both with tracing off (POWERTOOLS_TRACE_DISABLED) and on, where the baseline also imports the X-Ray SDK that
-Powertools' Tracer imports when it is built. Lists the modules the app adds that take longest (python -X importtime).
-Prints a table and writes build/bench_cold_start.json. Target: the app at most 1.2x its dependencies.
+Run: .venv/bin/python tests/perf/bench_cold_start.py   (builds build/deployment.zip with `make package` if missing)
+The deployment zip is unpacked into a read-only directory, as Lambda's /var/task is (and -B, which root needs),
+twice: with bytecode for every module (what the package ships, and whatever it lacks compiled here, said so)
+and with every .pyc stripped. From each, in a fresh `python -I -S -B` (no environment, no site-packages: the
+standard library and the package, as on Lambda; modules the Lambda runtime provides and the zip leaves out come
+after it, from this virtualenv), measures in at least 7 alternating rounds, each with its load average:
+  - `import app` with the environment a deployed function has (signing keys, Powertools settings);
+  - the dependencies alone: every third-party module that importing the app loads, in the order it loads them
+    (found by importing the app once), so the baseline follows the code.
+Figures are the process's CPU time for the import (wall time in the JSON too).
+Prints a table and writes build/bench_cold_start.json. Target: the app with bytecode at most 1.2x its dependencies.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
-import statistics
+import shutil
+import stat
 import subprocess
 import sys
+import sysconfig
+import tempfile
+import zipfile
+from pathlib import Path
 
 import benchlib  # beside this file
 
 TARGET_RATIO = 1.2
-ROUNDS = 5
-DEPENDENCIES = ("import chalice, redis; from aws_lambda_powertools import Logger, Metrics, Tracer; "
-                "from aws_lambda_powertools.utilities.feature_flags import FeatureFlags")
-XRAY = "import aws_xray_sdk.core"
-TIMED = ("import time; started, cpu = time.perf_counter(), time.process_time(); {}; "
-         "print(time.perf_counter() - started, time.process_time() - cpu)")
+PACKAGE = benchlib.BUILD / "deployment.zip"
+OWN = ("app", "chalicelib")
+# What the timed interpreter runs: the package first on the path, the runtime's own modules after it.
+PRELUDE = "import sys; sys.path[:0] = [{root!r}]; sys.path.append({runtime!r}); import time; "
+TIMED = PRELUDE + ("started, cpu = time.perf_counter(), time.process_time(); {imports}; "
+                   "print(time.perf_counter() - started, time.process_time() - cpu)")
+# Third-party modules only: the standard library modules the app itself imports are the app's cost.
+LOADED = PRELUDE + ("before = set(sys.modules); import app; "
+                    "print('\\n'.join(m for m, module in list(sys.modules.items()) if m not in before "
+                    "and (getattr(module, '__file__', None) or '').startswith(({root!r}, {runtime!r})) "
+                    "and m.split('.')[0] not in {own!r}))")
 
 
-def environment(tracing: bool) -> dict[str, str]:
+def environment() -> dict[str, str]:
     env = {**os.environ, **benchlib.BASE_ENV}
     env.pop("REDIS_URL", None)
-    if tracing:
-        env.pop("POWERTOOLS_TRACE_DISABLED", None)
     return env
 
 
-def seconds(code: str, env: dict[str, str]) -> tuple[float, float]:
-    """Wall and CPU seconds `code` takes in a fresh interpreter."""
-    out = subprocess.run([sys.executable, "-c", TIMED.format(code)], cwd=benchlib.ROOT, env=env,
-                         check=True, capture_output=True, text=True).stdout
-    wall, cpu = out.split()[-2:]
+def unpack(into: Path, bytecode: bool) -> str:
+    """The package unpacked into `into`, read-only; how its bytecode came to be."""
+    with zipfile.ZipFile(PACKAGE) as package:
+        package.extractall(into)
+    shipped = len(list(into.rglob("*.pyc")))
+    if not bytecode:
+        for cache in list(into.rglob("__pycache__")):
+            shutil.rmtree(cache)
+        how = "stripped"
+    else:
+        # Bytecode for every module, as the package should ship it: whatever it lacks (or holds stale) compiled here.
+        compileall.compile_dir(into, quiet=1, workers=1)
+        compiled = len(list(into.rglob("*.pyc")))
+        how = "as shipped" if compiled == shipped else f"compiled here: the package ships {shipped} of {compiled} .pyc"
+    for path in [into, *into.rglob("*")]:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    return how
+
+
+def run(code: str) -> str:
+    # -B as well: run as root, Python writes bytecode into a directory whatever its permissions say.
+    return subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code], env=environment(), check=True,
+                          capture_output=True, text=True).stdout
+
+
+def seconds(root: Path, imports: str) -> tuple[float, float]:
+    """Wall and CPU seconds `imports` takes in a fresh interpreter on the package at `root`."""
+    wall, cpu = run(TIMED.format(root=str(root), runtime=RUNTIME, imports=imports)).split()[-2:]
     return float(wall), float(cpu)
 
 
-def heaviest_added(baseline: str, env: dict[str, str], count: int = 6) -> list[tuple[str, float]]:
-    """The modules `import app` adds to `baseline`, by their own import time (ms), heaviest first."""
-    code = f"{baseline}; import sys; print('--app--', file=sys.stderr, flush=True); import app"
-    err = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=benchlib.ROOT, env=env,
-                         check=True, capture_output=True, text=True).stderr
-    rows = []
-    for line in err.split("--app--", 1)[1].splitlines():
-        if line.startswith("import time:") and "|" in line:
-            own, _, name = line[len("import time:"):].split("|")
-            rows.append((name.strip(), int(own) / 1000))
-    return sorted(rows, key=lambda row: -row[1])[:count]
-
-
-def measure(tracing: bool) -> dict:
-    env = environment(tracing)
-    baseline = f"{DEPENDENCIES}; {XRAY}" if tracing else DEPENDENCIES
-    seconds("import app", env), seconds(baseline, env)  # warm-up: compiles bytecode, fills the page cache
-    app, deps = [], []
-    for _ in range(ROUNDS):
-        app.append(seconds("import app", env))
-        deps.append(seconds(baseline, env))
-    app_cpu, deps_cpu = [cpu for _, cpu in app], [cpu for _, cpu in deps]
-    app_wall, deps_wall = [wall for wall, _ in app], [wall for wall, _ in deps]
-    return {
-        "tracing": tracing,
-        "baseline": baseline,
-        "app_ms": statistics.median(app_cpu) * 1000,
-        "dependencies_ms": statistics.median(deps_cpu) * 1000,
-        "ratio": benchlib.median_ratio(app_cpu, deps_cpu),
-        "wall": {"app_ms": statistics.median(app_wall) * 1000, "dependencies_ms": statistics.median(deps_wall) * 1000,
-                 "ratio": benchlib.median_ratio(app_wall, deps_wall)},
-        "heaviest_added_ms": heaviest_added(baseline, env),
-    }
+RUNTIME = sysconfig.get_paths()["purelib"]
 
 
 def main() -> None:
-    rows = [measure(tracing=False), measure(tracing=True)]
-    print(f"\ncold start: import in a fresh interpreter, CPU time (medians of {ROUNDS} rounds)\n")
-    print(f"{'':<14}{'app ms':>9}{'deps ms':>9}{'x deps':>8}{'wall x':>8}   heaviest modules the app adds (own ms)")
-    for row in rows:
-        heaviest = ", ".join(f"{name} {ms:.0f}" for name, ms in row["heaviest_added_ms"][:3])
-        print(f"{'tracing ' + ('on' if row['tracing'] else 'off'):<14}{row['app_ms']:>9.0f}"
-              f"{row['dependencies_ms']:>9.0f}{row['ratio']:>8.2f}{row['wall']['ratio']:>8.2f}   {heaviest}")
-    out = benchlib.write_json("bench_cold_start.json", {"rounds": ROUNDS, "target_ratio": TARGET_RATIO, "runs": rows})
+    if not PACKAGE.exists():
+        subprocess.run(["make", "package"], cwd=benchlib.ROOT, check=True)
+    with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
+        roots, how = {}, {}
+        for variant, bytecode in (("with bytecode", True), ("without bytecode", False)):
+            roots[variant] = Path(tmp) / variant.replace(" ", "-")
+            how[variant] = unpack(roots[variant], bytecode)
+        root = roots["with bytecode"]
+        loaded = run(LOADED.format(root=str(root), runtime=RUNTIME, own=OWN)).split()
+        dependencies = "; ".join(f"import {name}" for name in loaded)
+        measures = {}
+        for variant, root in roots.items():
+            measures[f"{variant}: app"] = lambda root=root: seconds(root, "import app")
+            measures[f"{variant}: dependencies"] = lambda root=root: seconds(root, dependencies)
+        for measure in measures.values():  # warm-up: the page cache
+            measure()
+        values, loads = benchlib.alternating(measures)
+        for path in [*roots.values(), *Path(tmp).rglob("*")]:  # writable again, so the directory can go
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+    rows = {}
+    for variant in roots:
+        app, deps = values[f"{variant}: app"], values[f"{variant}: dependencies"]
+        app_cpu, deps_cpu = [cpu for _, cpu in app], [cpu for _, cpu in deps]
+        rows[variant] = {
+            "bytecode": how[variant],
+            "app_ms": benchlib.spread([c * 1000 for c in app_cpu]),
+            "dependencies_ms": benchlib.spread([c * 1000 for c in deps_cpu]),
+            "x_dependencies": benchlib.ratios(app_cpu, deps_cpu),
+            "wall": {"app_ms": benchlib.spread([w * 1000 for w, _ in app]),
+                     "x_dependencies": benchlib.ratios([w for w, _ in app], [w for w, _ in deps])},
+        }
+    rows["with bytecode"]["verdict"] = benchlib.verdict(rows["with bytecode"]["x_dependencies"], TARGET_RATIO)
+    print(f"\ncold start of {PACKAGE.relative_to(benchlib.ROOT)}, unpacked read-only, `python -I -S -B`: CPU time, "
+          f"median [range] of {benchlib.ROUNDS} alternating rounds, load average {min(loads)}-{max(loads)}")
+    print(f"the dependencies: the {len(loaded)} third-party modules that importing the app loads\n")
+    print(f"{'':<18}{'app':>22}{'dependencies':>22}{'x dependencies':>24}   bytecode")
+    for variant, row in rows.items():
+        app, deps = benchlib.shown(row["app_ms"], " ms", 0), benchlib.shown(row["dependencies_ms"], " ms", 0)
+        print(f"{variant:<18}{app:>22}{deps:>22}"
+              f"{benchlib.shown(row['x_dependencies']):>24}   {row['bytecode']}  {row.get('verdict', '')}")
+    out = benchlib.write_json("bench_cold_start.json", {
+        "package": str(PACKAGE.relative_to(benchlib.ROOT)), "rounds": benchlib.ROUNDS, "target_ratio": TARGET_RATIO,
+        "load_average": benchlib.loads(loads), "dependencies": loaded, "runs": rows,
+    })
     print(f"\nwrote {out.relative_to(benchlib.ROOT)}")
 
 

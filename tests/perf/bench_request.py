@@ -1,36 +1,43 @@
-"""Benchmark: time spent in the project's own Python per API request, against the bare script call it makes.
+"""Benchmark: handler CPU per API request, by component, against a minimal Chalice route making the same script call.
 
-Run: .venv/bin/python tests/perf/bench_request.py   (REDIS_URL, else an embedded Valkey started for the run)
-Measures, in one process, interleaved (each round times every measure once; medians of the rounds):
-  - the bare call: the EVALSHA the request makes, recorded from it and replayed through the same redis-py client;
-  - the Lambda handler `app(event, context)` on an API Gateway (REST, proxy) event: Chalice's dispatch, the
-    Powertools middleware, ticket check, token minting, the feature flag, the script call, the JSON answer;
-  - the same handler with one JSON log line (Powertools Logger) and one EMF metric flush added per request,
-    the budget the architecture sets for a request that logs and counts.
-Own Python = handler - bare call, as a ratio to the bare call (wall time); the same in this process's CPU time,
-which other work on a shared machine barely changes, is reported beside it. Logs and EMF go to a file, as on
-Lambda to stdout.
-Prints a table and writes build/bench_request.json. Target: own Python at most 0.5x the bare call.
+Run: .venv/bin/python tests/perf/bench_request.py   (a Valkey of its own, or BENCH_REDIS_URL)
+Measures, in one process, in at least 7 rounds (each with its load average) of 20 slices in which the measures
+take turns:
+  - the Lambda handler `app(event, context)` on an API Gateway (REST, proxy) event, logging and metrics on as
+    deployed (written to a file, as Lambda writes stdout): a waiting user's status poll, and a newcomer's enter;
+  - the framework's floor: the same event through a minimal Chalice app whose one route makes the same script
+    call (recorded from the real request, replayed through the same redis-py client) and answers its reply as JSON;
+  - the handler with redis-py's pure-Python packing and parsing in place of hiredis's, when hiredis is installed
+    (BENCH_PURE_PYTHON_REDIS=1 makes every measure go without hiredis).
+Totals are this process's CPU time per request (a loaded machine still inflates it: hence the slices).
+Components are measured inside real handler calls in an instrumented slice of each turn: routing and
+middleware, the flag, tickets and tokens, logging and metrics, JSON, redis-py (packing, sending, parsing: CPU),
+and the Redis wait (wall time inside redis-py less its CPU). Spans are CPU time less the timer's own cost
+(calibrated); routing, middleware and the rest of the handler are the total CPU less the named components.
+Prints a table and writes build/bench_request.json. Target: handler CPU per status request at most 1.5x the floor's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
+import types
 import uuid
+from collections import defaultdict
+from typing import Callable, Iterator
 
 import benchlib  # beside this file
 
 sys.path.insert(0, str(benchlib.ROOT))
 
-TARGET_RATIO = 0.5
-SENTINEL = 900_000_000_001  # the new user whose enter is recorded, replaced by a fresh one per bare call
-ROUNDS = 15
-PER_ROUND = 200
+TARGET_RATIO = 1.5
+SENTINEL = 900_000_000_001  # the new user whose enter is recorded, replaced by a fresh one per floor call
+SLICES, PER_SLICE = 20, 50  # per round, per measure
+COMPONENTS = ("flag", "ticket and token", "logging and metrics", "JSON", "redis-py (CPU)")
 
 
 def api_event(method: str, resource: str, params: dict[str, str], headers: dict[str, str]) -> dict:
@@ -61,6 +68,134 @@ def headers(user: int, ticket: str | None = None) -> dict[str, str]:
     return found
 
 
+class Spans:
+    """CPU time spent in chosen functions, by component, while `on`; the outermost timed call counts."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.busy = False
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.wait = 0.0
+
+    def wrap(self, owner: object, name: str, component: str) -> None:
+        """Time `owner.name` (a function, method or staticmethod) as `component`, if it exists."""
+        raw = vars(owner).get(name) if isinstance(owner, type) else None
+        original = getattr(owner, name, None)
+        if original is None:
+            return
+        process_time = time.process_time
+
+        def timed(*args, **kwargs):
+            if not self.on or self.busy:
+                return original(*args, **kwargs)
+            self.busy = True
+            started = process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[component] += process_time() - started
+                self.calls[component] += 1
+                self.busy = False
+
+        setattr(owner, name, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
+
+    def wrap_redis(self, owner: type, name: str) -> None:
+        """Time a redis-py call: its CPU is redis-py's work, the rest of its wall time the Redis wait."""
+        original = getattr(owner, name)
+        perf_counter, process_time = time.perf_counter, time.process_time
+
+        def timed(*args, **kwargs):
+            if not self.on:
+                return original(*args, **kwargs)
+            started, cpu = perf_counter(), process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                cpu = process_time() - cpu
+                self.seconds["redis-py (CPU)"] += cpu
+                self.wait += perf_counter() - started - cpu
+                self.calls["redis-py (CPU)"] += 1
+
+        setattr(owner, name, timed)
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+        self.wait = 0.0
+
+
+def instrument(spans: Spans) -> None:
+    """Wrap the functions of each component, where this version of the code has them."""
+    import chalice.app
+    import redis.commands.core
+
+    import app as app_module
+    from chalicelib import flags, queue, tokens
+    from chalicelib.observability import logger
+
+    spans.wrap(flags.QueueSwitch, "queue_enabled", "flag")
+    for name in ("read_ticket", "issue_ticket", "grant", "seal_entry_token", "mint_entry_token", "read_entry_token"):
+        spans.wrap(tokens.TokenSigner, name, "ticket and token")
+    for module in (app_module, queue):
+        for name in ("open_request_keys", "close_request_keys", "add_request_keys", "count"):
+            if name in vars(module):
+                spans.wrap(module, name, "logging and metrics")
+    for name in ("clear_state", "set_correlation_id", "append_keys", "info", "warning"):
+        spans.wrap(logger, name, "logging and metrics")
+    # Chalice serializes the answer with its module's `json.dumps`: a stand-in module whose dumps is timed.
+    chalice.app.json = types.SimpleNamespace(loads=json.loads, dumps=json.dumps)
+    spans.wrap(chalice.app.json, "dumps", "JSON")
+    spans.wrap_redis(redis.commands.core.Script, "__call__")
+
+
+def calibrate(spans: Spans) -> dict[str, float]:
+    """Seconds a span books for a call that does nothing, by component: the timers' own share, taken off every span."""
+    dummy = types.SimpleNamespace(nothing=lambda: None, redis=lambda: None)
+    spans.wrap(dummy, "nothing", "calibration")
+    spans.wrap_redis(dummy, "redis")
+    spans.on = True
+    for _ in range(20_000):
+        dummy.nothing()
+        dummy.redis()
+    spans.on = False
+    overhead = {c: spans.seconds["calibration"] / spans.calls["calibration"] for c in COMPONENTS}
+    overhead["redis-py (CPU)"] = spans.seconds["redis-py (CPU)"] / spans.calls["redis-py (CPU)"]
+    spans.reset()
+    return overhead
+
+
+@contextlib.contextmanager
+def pure_python_redis(client) -> Iterator[None]:
+    """redis-py's own packing and parsing instead of hiredis's, on connections made afresh."""
+    import redis.connection
+
+    pool = client.connection_pool
+    default, hiredis = pool.connection_kwargs.get("parser_class"), redis.connection.HIREDIS_AVAILABLE
+    pool.disconnect()
+    pool.reset()
+    redis.connection.HIREDIS_AVAILABLE = False  # read when a connection is made: picks the command packer
+    pool.connection_kwargs["parser_class"] = redis.connection._RESP2Parser  # RESP3's when the protocol says so
+    try:
+        yield
+    finally:
+        redis.connection.HIREDIS_AVAILABLE = hiredis
+        if default is None:
+            del pool.connection_kwargs["parser_class"]
+        else:
+            pool.connection_kwargs["parser_class"] = default
+        pool.disconnect()
+        pool.reset()
+
+
+def cpu_total(call: Callable[[], object], n: int = PER_SLICE) -> float:
+    """CPU seconds `n` calls take."""
+    started = time.process_time()
+    for _ in range(n):
+        call()
+    return time.process_time() - started
+
+
 def main() -> None:
     # Logs and metrics are on and written as on Lambda (stdout), here to a file; the table goes to the terminal.
     out = sys.stdout
@@ -69,28 +204,19 @@ def main() -> None:
     with benchlib.redis_url() as url:
         os.environ.update({**benchlib.BASE_ENV, "REDIS_URL": url, "VQ_KEY_PREFIX": benchlib.bench_prefix(),
                            "POWERTOOLS_LOG_LEVEL": "INFO"})
-        from app import app, ENTRIES
+        import redis.connection
+        from chalice import Chalice
+
+        from app import ENTRIES, app
         from chalicelib import runtime
-        from chalicelib.observability import count, logger
-
-        observe = [False]
-
-        @app.middleware("http")
-        def log_and_count(event, get_response):
-            # The request's own log line and metric, switched on for one of the measures only.
-            response = get_response(event)
-            if observe[0]:
-                logger.info("request answered", extra={"status": response.status_code})
-                count("RequestsAnswered", "limited-drop:1")
-            return response
 
         client = runtime.store().client
         context = benchlib.LambdaContext()
         target = {"queue_type": "limited-drop", "target_id": "1"}
         me = ENTRIES + "/me"
 
-        def call(event, expected: str) -> None:
-            answer = app(event, context)
+        def call(handler, event, expected: str) -> None:
+            answer = handler(event, context)
             assert expected in answer["body"], answer
 
         # User 2 waits in line and no pump runs, so every poll takes the waiting path (the common one).
@@ -99,69 +225,113 @@ def main() -> None:
         ticket = json.loads(first["body"])["queueTicket"]
         status_event = api_event("GET", me, target, headers(2, ticket))
         with benchlib.recorded(client) as commands:
-            call(status_event, '"WAITING"')
+            call(app, status_event, '"WAITING"')
         status_call = commands[-1]
         with benchlib.recorded(client) as commands:
-            call(api_event("POST", ENTRIES, target, headers(SENTINEL)), '"WAITING"')
+            call(app, api_event("POST", ENTRIES, target, headers(SENTINEL)), '"WAITING"')
         enter_call = [str(arg) for arg in commands[-1]]
 
+        # The framework's floor: Chalice routing an event to a view that makes the same script call.
+        floor = Chalice(app_name="floor", configure_logs=False)
+
+        @floor.route(me, methods=["GET"])
+        def floor_status(queue_type, target_id):
+            reply = client.execute_command(*status_call)
+            return {"status": reply[0], "aheadCount": reply[2]}
+
+        @floor.route(ENTRIES, methods=["POST"])
+        def floor_enter(queue_type, target_id):
+            user = floor.current_request.headers["x-user-id"]
+            reply = client.execute_command(*[arg.replace(str(SENTINEL), user) for arg in enter_call])
+            return {"status": reply[0], "aheadCount": reply[2]}
+
         users = iter(range(1_000, 10**9))
-
-        def enter_bare():
-            user = str(next(users))
-            client.execute_command(*[arg.replace(str(SENTINEL), user) for arg in enter_call])
-
-        def observed(run):
-            def measure():
-                observe[0] = True
-                try:
-                    run()
-                finally:
-                    observe[0] = False
-            return measure
-
-        status = lambda: call(status_event, '"WAITING"')  # noqa: E731
-        enter = lambda: call(api_event("POST", ENTRIES, target, headers(next(users))), '"WAITING"')  # noqa: E731
-        calls = {
-            "status: bare script call": lambda: client.execute_command(*status_call),
-            "status: handler": status,
-            "status: handler + log line + EMF": observed(status),
-            "enter: bare script call": enter_bare,
-            "enter: handler": enter,
-            "enter: handler + log line + EMF": observed(enter),
+        requests = {
+            "status": lambda handler: call(handler, status_event, '"WAITING"'),
+            "enter": lambda handler: call(
+                handler, api_event("POST", ENTRIES, target, headers(next(users))), '"WAITING"'),
         }
-        for run in calls.values():  # warm every path once
-            run()
-        wall, cpu = benchlib.interleaved(calls, ROUNDS, PER_ROUND)
+        hiredis = redis.connection.HIREDIS_AVAILABLE and not os.environ.get("BENCH_PURE_PYTHON_REDIS")
+        if os.environ.get("BENCH_PURE_PYTHON_REDIS"):  # every measure without hiredis (a "before" figure)
+            pure_python_redis(client).__enter__()
+
+        spans = Spans()
+        instrument(spans)
+        overhead = calibrate(spans)
+
+        def one_round() -> dict[str, float]:
+            """CPU per request of every measure: SLICES slices of PER_SLICE requests each, the measures taking
+            turns slice by slice, so that a change of load on the machine meets them all alike."""
+            found: dict[str, float] = defaultdict(float)
+            for _ in range(SLICES):
+                for name, request in requests.items():
+                    found[f"{name}: floor"] += cpu_total(lambda: request(floor))
+                    found[f"{name}: handler"] += cpu_total(lambda: request(app))
+                    if hiredis:
+                        with pure_python_redis(client):
+                            request(app)  # connects
+                            found[f"{name}: handler, pure-Python redis-py"] += cpu_total(lambda: request(app))
+                    spans.reset()
+                    spans.on = True
+                    for _ in range(PER_SLICE):
+                        request(app)
+                    spans.on = False
+                    for component in COMPONENTS:
+                        spent = spans.seconds[component] - spans.calls[component] * overhead[component]
+                        found[f"{name}: {component}"] += spent
+                    found[f"{name}: Redis wait"] += spans.wait
+            return {measure: total / (SLICES * PER_SLICE) for measure, total in found.items()}
+
+        one_round()  # warm every path
+        values, loads = benchlib.alternating({"round": one_round})
     sys.stdout = out
     sink.seek(0)
-    lines = sink.read().splitlines()
-    assert any('"RequestsAnswered"' in line for line in lines) and any('"request answered"' in line for line in lines)
+    assert '"level"' not in sink.read(), "a request logged: the measured path is not the quiet common one"
+
+    rounds = values["round"]
+
+    def per_round(measure: str, scale: float = 1e6) -> list[float]:
+        return [r[measure] * scale for r in rounds]
 
     rows = {}
-    for operation in ("status", "enter"):
-        bare, bare_cpu = wall[f"{operation}: bare script call"], cpu[f"{operation}: bare script call"]
-        for variant in ("handler", "handler + log line + EMF"):
-            total, total_cpu = wall[f"{operation}: {variant}"], cpu[f"{operation}: {variant}"]
-            own = [t - b for t, b in zip(total, bare)]
-            own_cpu = [t - b for t, b in zip(total_cpu, bare_cpu)]
-            rows[f"{operation}: {variant}"] = {
-                "bare_us": statistics.median(bare) * 1e6,
-                "handler_us": statistics.median(total) * 1e6,
-                "own_python_us": statistics.median(own) * 1e6,
-                "own_x_bare": benchlib.median_ratio(own, bare),
-                "cpu": {"bare_us": statistics.median(bare_cpu) * 1e6, "handler_us": statistics.median(total_cpu) * 1e6,
-                        "own_python_us": statistics.median(own_cpu) * 1e6,
-                        "own_x_bare": benchlib.median_ratio(own_cpu, bare_cpu)},
-            }
-    print(f"\nown Python per request (medians of {ROUNDS} interleaved rounds of {PER_ROUND}; wall time, then CPU)\n")
-    print(f"{'request':<36}{'bare us':>9}{'handler':>9}{'own':>7}{'x bare':>8}   {'CPU: bare':>9}{'own':>7}{'x bare':>8}")
+    for name in requests:
+        handler, floor_cpu = per_round(f"{name}: handler"), per_round(f"{name}: floor")
+        named = [sum(r[f"{name}: {c}"] for c in COMPONENTS) * 1e6 for r in rounds]
+        row = {
+            "handler_cpu_us": benchlib.spread(handler),
+            "floor_cpu_us": benchlib.spread(floor_cpu),
+            "x_floor": benchlib.ratios(handler, floor_cpu),
+            "components_us": {"routing, middleware and the rest":
+                              benchlib.spread([h - n for h, n in zip(handler, named)]),
+                              **{c: benchlib.spread(per_round(f"{name}: {c}")) for c in COMPONENTS}},
+            "redis_wait_us": benchlib.spread(per_round(f"{name}: Redis wait")),
+        }
+        if hiredis:
+            pure = per_round(f"{name}: handler, pure-Python redis-py")
+            row["handler_cpu_us_pure_python_redis"] = benchlib.spread(pure)
+            row["hiredis_saves_us"] = benchlib.spread([p - h for p, h in zip(pure, handler)])
+        if name == "status":
+            row["verdict"] = benchlib.verdict(row["x_floor"], TARGET_RATIO)
+        rows[name] = row
+
+    print(f"\nhandler CPU per request, median [range] of {benchlib.ROUNDS} rounds of {SLICES} alternating slices "
+          f"of {PER_SLICE}, "
+          f"load average {min(loads)}-{max(loads)}")
     for name, row in rows.items():
-        c = row["cpu"]
-        print(f"{name:<36}{row['bare_us']:>9.0f}{row['handler_us']:>9.0f}{row['own_python_us']:>7.0f}"
-              f"{row['own_x_bare']:>8.2f}   {c['bare_us']:>9.0f}{c['own_python_us']:>7.0f}{c['own_x_bare']:>8.2f}")
-    written = benchlib.write_json("bench_request.json", {"rounds": ROUNDS, "per_round": PER_ROUND,
-                                                        "target_ratio": TARGET_RATIO, "requests": rows})
+        print(f"\n{name}: handler {benchlib.shown(row['handler_cpu_us'], ' us', 0)}, floor (minimal Chalice route) "
+              f"{benchlib.shown(row['floor_cpu_us'], ' us', 0)}: {benchlib.shown(row['x_floor'])}  "
+              f"{row.get('verdict', '')}")
+        for component, figure in row["components_us"].items():
+            print(f"  {component:<36}{benchlib.shown(figure, ' us', 1):>24}")
+        print(f"  {'Redis wait (wall, not CPU)':<36}{benchlib.shown(row['redis_wait_us'], ' us', 1):>24}")
+        if "hiredis_saves_us" in row:
+            print(f"  {'hiredis saves (against pure-Python redis-py)':<36}"
+                  f"{benchlib.shown(row['hiredis_saves_us'], ' us', 1):>24}")
+    written = benchlib.write_json("bench_request.json", {
+        "rounds": benchlib.ROUNDS, "slices": SLICES, "per_slice": PER_SLICE, "target_ratio": TARGET_RATIO,
+        "load_average": benchlib.loads(loads), "hiredis": hiredis and not os.environ.get("BENCH_PURE_PYTHON_REDIS"),
+        "timer_overhead_us": {c: o * 1e6 for c, o in overhead.items()}, "requests": rows,
+    })
     print(f"\nwrote {written.relative_to(benchlib.ROOT)}")
 
 

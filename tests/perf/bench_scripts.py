@@ -1,20 +1,27 @@
-"""Benchmark: the Redis side of the client calls: round trips, server throughput against plain ZADD, memory per user.
+"""Benchmark: the Redis side of the client calls: round trips, server CPU per call, memory per waiting user.
 
-Run: .venv/bin/python tests/perf/bench_scripts.py   (REDIS_URL, else an embedded Valkey; needs redis-benchmark)
-Measures, in one run on one server:
+Run: .venv/bin/python tests/perf/bench_scripts.py   (a Valkey of its own, or BENCH_REDIS_URL; needs redis-benchmark)
+Measures, in one run:
   - round trips per call, counted as sends on the client's sockets (a pipeline is one send): enter, status
     (waiting; admitted by this call; holding a token), leave, purchase (consume; consume + restore when the
     downstream fails), one pump tick over 1 and over 10 targets;
-  - throughput of each client-facing script (redis-benchmark: EVALSHA, random users, 50 connections, no
-    pipelining) and of plain `ZADD key <random> member:<random>`, in turns, medians of the rounds;
-  - the same for the naive design's status: heartbeat ZADD, ZRANK, ZSCORE, GET mark (a waiting poll) and
-    SET NX token, ZREM (the poll that admits), each its own round trip as a naive client sends them;
-  - Redis memory per waiting user with 100,000 users in one target (INFO memory used_memory delta).
+  - server CPU per call of enter, status, leave, consume and one target's tick (evict + admit), against plain
+    `ZADD key <random> member:<random>`, in at least 7 alternating rounds, each with its load average. Two
+    figures: `usec_per_call` of INFO commandstats (the command's execution), and the server process's CPU
+    (INFO cpu, so reading, parsing and replying too) per call, which gives pipelined calls per second per
+    server core. Calls are sent by redis-benchmark, pipelined (-P) over a few connections, pinned to another
+    core than the server's when the server is this run's own and the machine has two cores or more;
+  - the naive baseline of status and enter: the very reads and writes the script runs (recorded with MONITOR
+    from the real script call, so it follows every change of the script), sent as separate commands, pipelined
+    the same way. Its cost per call is the sum of its commands' costs.
+  - memory per waiting user with 100,000 users in one target (MEMORY USAGE of the line's sorted sets), on this
+    server (an embedded Valkey is built with libc malloc) and on the server REDIS_URL names, if any: as deployed
+    (ElastiCache), the machine's Redis 7 is built with jemalloc, and that figure is the deployment's.
 Every script call is recorded from the code as the store sends it (keys and arguments), never spelt out here;
 redis-benchmark then puts `__rand_int__` where the user id (and a token id) was. Each `__rand_int__` is drawn
 on its own, so a script's per-user token key names another random user than its user argument: the same work.
-Prints a table and writes build/bench_scripts.json.
-Targets: one round trip per client call; each script >= 0.5x ZADD; at most 250 bytes per waiting user.
+Prints a table and writes build/bench_scripts.json. Targets: one round trip per client call; status and enter
+cost no more server CPU than their naive pipeline; at most 250 bytes per waiting user on the jemalloc server.
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ import contextlib
 import io
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -56,11 +62,13 @@ from chalicelib.tokens import TokenSigner  # noqa: E402
 USERS = 100_000  # users in the line that status, leave and the memory figure work on
 SENTINEL = 900_000_000_001  # the user id recorded calls are made for, replaced by each benchmarked user
 RAND = "__rand_int__"
-CONNECTIONS = 50
-REQUESTS = 30_000  # per redis-benchmark run
-ROUNDS = 3
-TARGET_ZADD_RATIO = 0.5
+CONNECTIONS = 4
+PIPELINE = 32  # commands in flight per connection
+REQUESTS = 20_000  # per redis-benchmark run
+TICKS = 50  # per round
+TARGET_X_NAIVE = 1.0
 TARGET_BYTES_PER_USER = 250
+MONITOR_END = "bench-scripts-monitor-end"
 
 
 class QueueOn:
@@ -204,11 +212,13 @@ class Bench:
 
     # --- the script calls, as the code makes them ---
 
+
     def recorded_calls(self, targets: dict[str, Target]) -> dict[str, list[str]]:
         """enter, status, leave, consume exactly as the store sends them, for user `__rand_int__`."""
         user = {str(SENTINEL): RAND}
         calls = {}
         for name in ("enter", "status"):
+            self.room.enter(targets[name], SENTINEL - 1)  # a registered target: an entry's common path
             with benchlib.recorded(self.client) as commands:
                 self.room.enter(targets[name], SENTINEL)
             calls[f"enter@{name}"] = script_call(commands, user)
@@ -232,109 +242,179 @@ class Bench:
                 pipe.execute_command(*for_user(enter, user))
             pipe.execute()
 
-    def memory_per_user(self, enter: list[str], target: Target) -> dict:
+    def inner_commands(self, call: list[str], user: int) -> list[list[str]]:
+        """The reads and writes the script `call` runs for `user` (MONITOR), with `__rand_int__` for the user."""
+        with self.client.monitor() as monitor:
+            self.client.execute_command(*for_user(call, user))
+            self.client.echo(MONITOR_END)
+            found = []
+            while (command := monitor.next_command())["command"] != f"ECHO {MONITOR_END}":
+                if command["client_type"] == "lua":
+                    found.append([arg.replace(f"{user:012d}", RAND) for arg in command["command"].split(" ")])
+        return found
+
+    # --- memory ---
+
+    def memory_per_user(self) -> dict:
+        """Bytes per waiting user with USERS in one target's line (MEMORY USAGE of its sorted sets)."""
+        target = Target("ticketing-event", 77)
+        self.room.enter(target, SENTINEL - 1)
+        with benchlib.recorded(self.client) as commands:
+            self.room.enter(target, SENTINEL)
+        self.populate(script_call(commands, {str(SENTINEL): RAND}), USERS)
         k = self.store.keys(target)
-        self.client.execute_command("MEMORY", "PURGE")
-        before = int(self.client.info("memory")["used_memory"])
-        self.populate(enter, USERS)
-        after = int(self.client.info("memory")["used_memory"])
         usage = {name: int(self.client.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0"))
                  for name, key in (("waiting", k.waiting), ("heartbeat", k.heartbeat))}
+        users = self.client.zcard(k.waiting)
+        memory = self.client.info("memory")
         return {
-            "users": USERS,
+            "server": benchlib.server_version(self.client),
+            "allocator": memory.get("mem_allocator", "?"),
+            "users": users,
             "user_id_digits": 12,
-            "used_memory_delta": after - before,
-            "bytes_per_user": (after - before) / USERS,
-            "waiting_zset_bytes_per_user": usage["waiting"] / USERS,
-            "heartbeat_zset_bytes_per_user": usage["heartbeat"] / USERS,
+            "bytes_per_user": sum(usage.values()) / users,
+            "waiting_zset_bytes_per_user": usage["waiting"] / users,
+            "heartbeat_zset_bytes_per_user": usage["heartbeat"] / users,
             "target": TARGET_BYTES_PER_USER,
         }
 
-    # --- throughput ---
+    # --- server CPU per call ---
 
-    def benchmark(self, command: list[str], keyspace: int) -> tuple[float, float]:
-        """Requests per second redis-benchmark gets for `command`, and the server's CPU time per request (us)."""
-        server = self.client.connection_pool.connection_kwargs
-        cpu = self.server_cpu()
-        out = subprocess.run(
-            ["redis-benchmark", "-h", server["host"], "-p", str(server["port"]), "-c", str(CONNECTIONS), "-n", str(REQUESTS),
-             "-r", str(keyspace), "--csv", *command],
-            check=True, capture_output=True, text=True,
-        ).stdout
-        cpu = self.server_cpu() - cpu
-        row = [line for line in out.splitlines() if line and not line.startswith('"test"')][-1]
-        return float(row.split('","')[1]), cpu / REQUESTS * 1e6
+    def command_stats(self) -> dict[str, tuple[int, int]]:
+        """(calls, usec) of every command the server has run."""
+        return {name.removeprefix("cmdstat_"): (int(row["calls"]), int(row["usec"]))
+                for name, row in self.client.info("commandstats").items()}
 
     def server_cpu(self) -> float:
         info = self.client.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
-    def throughput(self) -> dict:
+    def pipelined(self, command: list[str], keyspace: int, client_cpus: set[int] | None) -> dict:
+        """`command` sent REQUESTS times by redis-benchmark, pipelined: the server's usec_per_call of it and
+        its process CPU per call (both in us)."""
+        server = self.client.connection_pool.connection_kwargs
+        name = command[0].lower()
+        stats, cpu = self.command_stats().get(name, (0, 0)), self.server_cpu()
+        subprocess.run(
+            ["redis-benchmark", "-h", server["host"], "-p", str(server["port"]), "-c", str(CONNECTIONS),
+             "-P", str(PIPELINE), "-n", str(REQUESTS), "-r", str(keyspace), "-q", *command],
+            check=True, capture_output=True, preexec_fn=client_cpus and (lambda: os.sched_setaffinity(0, client_cpus)),
+        )
+        cpu = self.server_cpu() - cpu
+        calls, usec = (after - before for after, before in zip(self.command_stats()[name], stats))
+        return {"usec_per_call": usec / calls, "cpu_us_per_call": cpu / calls * 1e6}
+
+    def tick_usec(self, target: Target, users: int = 10_000) -> float:
+        """Server usec of one target's tick (evict + admit, as the pump sends them) over a line of `users` who
+        all polled just now: each tick a fresh one, admitting one batch."""
+        rules = Pump(self.store, self.settings).rules
+        k = self.store.keys(target)
+        now = int(time.time() * 1000)
+        self.client.delete(k.waiting, k.heartbeat, k.mark, k.tick)
+        self.client.zadd(k.waiting, {str(u): u for u in range(1, users + 1)})
+        self.client.zadd(k.heartbeat, {str(u): now for u in range(1, users + 1)})
+        self.client.set(k.seq, users)
+        total = 0
+        for _ in range(TICKS):
+            self.client.decr(k.tick)
+            before = self.command_stats()["evalsha"]
+            self.store.admit_and_evict_all([target], rules)
+            total += self.command_stats()["evalsha"][1] - before[1]
+        return total / TICKS
+
+    def pin(self) -> set[int] | None:
+        """Keep the server on the last core and the load generator on the others, when the server is this run's
+        own (started by this process or by `make bench`, its parent) and there are two cores or more."""
+        cores = sorted(os.sched_getaffinity(0))
+        pid = int(self.client.info("server")["process_id"])
+        try:
+            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except OSError:  # another machine's, or another container's
+            return None
+        if len(cores) < 2 or parent not in (os.getpid(), os.getppid()):
+            return None
+        os.sched_setaffinity(pid, {cores[-1]})
+        return set(cores[:-1])
+
+    def server_cost(self) -> dict:
         targets = {name: Target("ticketing-event", n) for n, name in enumerate(("enter", "status", "leave"), 1)}
         calls = self.recorded_calls(targets)
         for sha in {call[1] for call in calls.values()}:
             assert self.client.script_exists(sha)[0], "every recorded script is loaded"
-        memory = self.memory_per_user(calls["enter@status"], targets["status"])
+        self.populate(calls["enter@status"], USERS)
         # As during an opening burst, the pump has ticked: the line moves and its rate is measured.
         with contextlib.redirect_stdout(io.StringIO()):
             Pump(self.store, self.settings).run(ticks=1)
-
-        naive = self.store.keys(Target("ticketing-event", 99))
-        token = self.signer.mint_entry_token(Target("ticketing-event", 99), SENTINEL, time.time(), 300).text
-        now_ms = str(int(time.time() * 1000))
-        naive_waiting = {
-            "ZADD heartbeat": ["ZADD", naive.heartbeat, now_ms, RAND],
-            "ZRANK waiting": ["ZRANK", naive.waiting, RAND],
-            "ZSCORE waiting": ["ZSCORE", naive.waiting, RAND],
-            "GET mark": ["GET", naive.mark],
+        naive = {
+            "status": self.inner_commands(calls["status"], USERS - 1),  # a user waiting in line
+            "enter": self.inner_commands(calls["enter@enter"], 10**11),  # a newcomer
         }
-        naive_admitting = {
-            "SET NX token": ["SET", naive.token(RAND), token, "NX", "PX", "300000"],
-            "ZREM waiting": ["ZREM", naive.waiting, RAND],
-        }
-        commands = {
+        scripts = {
             "ZADD (baseline)": (["ZADD", f"{self.prefix}:{{zadd}}:z", RAND, f"member:{RAND}"], 100_000_000),
             "enter": (calls["enter@enter"], 100_000_000),  # nearly every user new: the opening burst
             "status": (calls["status"], USERS),
             "leave": (calls["leave"], USERS),
             "consume": (calls["consume"], 100_000_000),
-            **{f"naive {name}": (command, USERS) for name, command in {**naive_waiting, **naive_admitting}.items()},
         }
-        rates: dict[str, list[float]] = {name: [] for name in commands}
-        cpu: dict[str, list[float]] = {name: [] for name in commands}
-        for _ in range(ROUNDS):
-            # Each round leaves from, and removes from, a full line: a copy of the one status polls.
-            line, leave = self.store.keys(targets["status"]), self.store.keys(targets["leave"])
-            for source, copy in ((line.waiting, leave.waiting), (line.heartbeat, leave.heartbeat),
-                                 (line.waiting, naive.waiting), (line.heartbeat, naive.heartbeat)):
-                self.client.copy(source, copy, replace=True)
-            for name, (command, keyspace) in commands.items():
-                per_second, cpu_us = self.benchmark(command, keyspace)
-                rates[name].append(per_second)
-                cpu[name].append(cpu_us)
+        naive_commands = {f"naive {name}: {command[0]} #{i}": (command, USERS if name == "status" else 100_000_000)
+                          for name, commands in naive.items() for i, command in enumerate(commands, 1)}
+        client_cpus = self.pin()
+        line, leave = self.store.keys(targets["status"]), self.store.keys(targets["leave"])
 
-        base = rates["ZADD (baseline)"]
-        rows = {name: {"per_second": statistics.median(values), "x_zadd": benchlib.median_ratio(values, base),
-                       "server_cpu_us": statistics.median(cpu[name]),
-                       "x_zadd_by_cpu": benchlib.median_ratio(cpu["ZADD (baseline)"], cpu[name]),
-                       "rounds": values}
-                for name, values in rates.items()}
+        def measure(name, command, keyspace):
+            def one_round():
+                if name == "leave":
+                    # Each round leaves from a full line: a copy of the one status polls.
+                    for source, copy in ((line.waiting, leave.waiting), (line.heartbeat, leave.heartbeat)):
+                        self.client.copy(source, copy, replace=True)
+                return self.pipelined(command, keyspace, client_cpus)
+            return one_round
 
-        def composed(names: list[str]) -> dict:
-            # One status after another, each of its commands a round trip: its rate is the harmonic sum.
-            per_round = [1 / sum(1 / rates[f"naive {n}"][i] for n in names) for i in range(ROUNDS)]
-            cpu_round = [sum(cpu[f"naive {n}"][i] for n in names) for i in range(ROUNDS)]
-            return {"per_second": statistics.median(per_round), "x_zadd": benchlib.median_ratio(per_round, base),
-                    "server_cpu_us": statistics.median(cpu_round),
-                    "x_zadd_by_cpu": benchlib.median_ratio(cpu["ZADD (baseline)"], cpu_round),
-                    "commands": len(names), "rounds": per_round}
+        measures = {name: measure(name, *spec) for name, spec in {**scripts, **naive_commands}.items()}
+        measures["tick"] = lambda: {"usec_per_call": self.tick_usec(Target("ticketing-event", 4))}
+        values, loads = benchlib.alternating(measures)
 
-        rows["naive status: waiting"] = composed(list(naive_waiting))
-        rows["naive status: admitted by this call"] = composed([*naive_waiting, *naive_admitting])
-        return {"connections": CONNECTIONS, "requests_per_run": REQUESTS, "rounds": ROUNDS,
-                "target_x_zadd": TARGET_ZADD_RATIO,
-                "users_in_line": USERS, "throughput": rows, "memory": memory,
-                "commands": {name: command for name, (command, _) in commands.items()}}
+        def per_round(name: str, figure: str) -> list[float]:
+            return [v[figure] for v in values[name]]
+
+        zadd = per_round("ZADD (baseline)", "usec_per_call")
+        rows = {}
+        for name in [*scripts, "tick"]:
+            usec = per_round(name, "usec_per_call")
+            row = {"usec_per_call": benchlib.spread(usec), "x_zadd": benchlib.ratios(usec, zadd)}
+            if name != "tick":
+                cpu = per_round(name, "cpu_us_per_call")
+                row["cpu_us_per_call"] = benchlib.spread(cpu)
+                row["calls_per_second_per_core"] = benchlib.spread([1e6 / c for c in cpu])
+            rows[name] = row
+        for name, commands in naive.items():
+            parts = [n for n in naive_commands if n.startswith(f"naive {name}:")]
+            usec = [sum(round_values) for round_values in zip(*(per_round(n, "usec_per_call") for n in parts))]
+            cpu = [sum(round_values) for round_values in zip(*(per_round(n, "cpu_us_per_call") for n in parts))]
+            rows[f"naive {name}"] = {
+                "commands": [" ".join(c) for c in commands],
+                "usec_per_call": benchlib.spread(usec), "x_zadd": benchlib.ratios(usec, zadd),
+                "cpu_us_per_call": benchlib.spread(cpu),
+                "calls_per_second_per_core": benchlib.spread([1e6 / c for c in cpu]),
+            }
+            script_cpu = per_round(name, "cpu_us_per_call")
+            rows[name]["x_naive"] = benchlib.ratios(script_cpu, cpu)
+            rows[name]["x_naive_usec"] = benchlib.ratios(per_round(name, "usec_per_call"), usec)
+            rows[name]["verdict"] = benchlib.verdict(rows[name]["x_naive"], TARGET_X_NAIVE)
+        return {"connections": CONNECTIONS, "pipeline": PIPELINE, "requests_per_run": REQUESTS,
+                "rounds": benchlib.ROUNDS, "load_average": benchlib.loads(loads),
+                "client_pinned_to": sorted(client_cpus) if client_cpus else None,
+                "target_x_naive": TARGET_X_NAIVE, "users_in_line": USERS, "calls": rows,
+                "commands": {name: command for name, (command, _) in {**scripts, **naive_commands}.items()}}
+
+
+def memory_servers(own_client) -> list:
+    """This run's server, and the one REDIS_URL names (the tests' server: the machine's Redis 7) if it is another."""
+    clients = [own_client]
+    url = os.environ.get("REDIS_URL")
+    if url and connect(url).info("server")["run_id"] != own_client.info("server")["run_id"]:
+        clients.append(connect(url))
+    return clients
 
 
 def main() -> None:
@@ -346,29 +426,37 @@ def main() -> None:
         client = connect(url)
         version = benchlib.server_version(client)
         benches = [Bench(client, origin) for _ in range(3)]
+        memory_benches = [Bench(c, origin) for c in memory_servers(client)]
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the EMF lines of admissions and purchases
                 benches[0].round_trips()
                 trips = {**benches[1].round_trips(), **benches[1].naive_round_trips()}
-                results = benches[2].throughput()
+                results = benches[2].server_cost()
+                memory = [bench.memory_per_user() for bench in memory_benches]
         finally:
-            for bench in benches:
-                benchlib.delete_prefix(client, bench.prefix)
+            for bench in benches + memory_benches:
+                benchlib.delete_prefix(bench.client, bench.prefix)
 
     print(f"\nRedis side of the client calls  ({version})\n")
     print(f"{'round trips per call':<52}{'sends':>6}")
     for name, sends in trips.items():
         print(f"  {name:<50}{sends:>6}")
-    print(f"\n{'throughput, 50 connections, medians of ' + str(ROUNDS) + ' rounds':<52}{'per second':>12}{'x ZADD':>8}"
-          f"{'server CPU us':>15}{'x ZADD':>8}")
-    for name, row in results["throughput"].items():
-        print(f"  {name:<50}{row['per_second']:>12,.0f}{row['x_zadd']:>8.2f}{row['server_cpu_us']:>15.1f}"
-              f"{row['x_zadd_by_cpu']:>8.2f}")
-    memory = results["memory"]
-    print(f"\nmemory per waiting user ({memory['users']:,} in one target): {memory['bytes_per_user']:.0f} bytes "
-          f"(waiting zset {memory['waiting_zset_bytes_per_user']:.0f}, heartbeat zset "
-          f"{memory['heartbeat_zset_bytes_per_user']:.0f})")
-    out = benchlib.write_json("bench_scripts.json", {"server": version, "round_trips": trips, **results})
+    load = results["load_average"]
+    print(f"\nserver CPU per call, pipelined (-P {PIPELINE}), median [range] of {benchlib.ROUNDS} rounds, "
+          f"load average {load['min']}-{load['max']}")
+    print(f"  {'call':<18}{'usec_per_call':>22}{'x ZADD':>22}{'CPU us per call':>24}{'x naive pipeline':>24}")
+    for name, row in results["calls"].items():
+        cpu = benchlib.shown(row["cpu_us_per_call"], "", 1) if "cpu_us_per_call" in row else ""
+        naive = benchlib.shown(row["x_naive"]) if "x_naive" in row else ""
+        print(f"  {name:<18}{benchlib.shown(row['usec_per_call'], '', 1):>22}{benchlib.shown(row['x_zadd']):>22}"
+              f"{cpu:>24}{naive:>24}  {row.get('verdict', '')}")
+    print()
+    for row in memory:
+        print(f"memory per waiting user, {row['users']:,} in one target, {row['server']} ({row['allocator']}): "
+              f"{row['bytes_per_user']:.0f} bytes (waiting zset {row['waiting_zset_bytes_per_user']:.0f}, "
+              f"heartbeat zset {row['heartbeat_zset_bytes_per_user']:.0f})")
+    out = benchlib.write_json("bench_scripts.json",
+                              {"server": version, "round_trips": trips, **results, "memory": memory})
     print(f"\nwrote {out.relative_to(benchlib.ROOT)}")
 
 

@@ -1,4 +1,4 @@
-"""What the benchmarks share: a Redis to run against, interleaved timing, a Lambda context, JSON output.
+"""What the benchmarks share: a Redis to run against, alternating rounds and their spread, a Lambda context, JSON.
 
 Not a benchmark itself; `tests/perf/bench.py` runs them all (`make bench`).
 """
@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import statistics
-import time
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator
@@ -29,8 +28,11 @@ BASE_ENV = {
 
 @contextlib.contextmanager
 def redis_url() -> Iterator[str]:
-    """REDIS_URL when set, else an embedded Valkey of this run's own (stopped afterwards)."""
-    url = os.environ.get("REDIS_URL")
+    """BENCH_REDIS_URL when set (`make bench` passes its server), else an embedded Valkey of this run's own.
+
+    Never REDIS_URL: timing figures need a server nobody else uses (INFO commandstats and CPU are server-wide).
+    """
+    url = os.environ.get("BENCH_REDIS_URL")
     if url:
         yield url
         return
@@ -84,27 +86,50 @@ def recorded(client) -> Iterator[list[tuple]]:
         del client.execute_command
 
 
-def interleaved(
-    calls: dict[str, Callable[[], object]], rounds: int, per_round: int,
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Wall and CPU seconds per call of each of `calls`, `per_round` calls in each of `rounds` rounds, taking
-    turns: on a shared machine a slow spell then hits every measure of a round alike, not one measure only.
-    CPU time is this process's own, which other work on the machine barely changes."""
-    wall: dict[str, list[float]] = {name: [] for name in calls}
-    cpu: dict[str, list[float]] = {name: [] for name in calls}
+ROUNDS = 7  # at least this many alternating rounds per comparison
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def alternating(measures: dict[str, Callable[[], object]], rounds: int = ROUNDS) -> tuple[dict[str, list], list[float]]:
+    """Each measure once per round, in turns, `rounds` times: its values, and the load average at each round."""
+    values: dict[str, list[float]] = {name: [] for name in measures}
+    loads = []
     for _ in range(rounds):
-        for name, call in calls.items():
-            started, cpu_started = time.perf_counter(), time.process_time()
-            for _ in range(per_round):
-                call()
-            wall[name].append((time.perf_counter() - started) / per_round)
-            cpu[name].append((time.process_time() - cpu_started) / per_round)
-    return wall, cpu
+        loads.append(load_average())
+        for name, measure in measures.items():
+            values[name].append(measure())
+    return values, loads
 
 
-def median_ratio(values: list[float], bases: list[float]) -> float:
-    """The median over rounds of value / base within each round."""
-    return statistics.median(v / b for v, b in zip(values, bases))
+def spread(values: list[float]) -> dict:
+    """Median and range of one figure over its rounds, with the rounds themselves."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
+
+
+def ratios(values: list[float], bases: list[float]) -> dict:
+    """The spread of value / base, taken within each round."""
+    return spread([v / b for v, b in zip(values, bases)])
+
+
+def verdict(figure: dict, most: float | None = None, least: float | None = None) -> str:
+    """'ok' when every round is within the target (at `most`, or at `least`), 'MISSED' when every round is past
+    it; otherwise the rounds disagree and no verdict is given."""
+    low, high = figure["min"], figure["max"]
+    if most is not None:
+        return "ok" if high <= most else "MISSED" if low > most else "spread crosses target"
+    return "ok" if low >= least else "MISSED" if high < least else "spread crosses target"
+
+
+def shown(figure: dict, unit: str = "x", digits: int = 2) -> str:
+    """`1.23x [1.10-1.31]`: the median and the range over the rounds."""
+    return f"{figure['median']:.{digits}f}{unit} [{figure['min']:.{digits}f}-{figure['max']:.{digits}f}]"
+
+
+def loads(values: list[float]) -> dict:
+    return {"min": min(values), "max": max(values), "rounds": values}
 
 
 class LambdaContext:
