@@ -289,7 +289,7 @@ def hundred_targets(url: str, targets: int = 100, users: int = 1_000) -> dict:
     targets of `users` waiting each, one of them a mass departure (all its users stopped polling 2 minutes ago):
     Redis time (INFO commandstats, every command) and the pump process's time (CPU and wall), in at least 7
     alternating rounds, each on a line built afresh."""
-    client = connect(url)
+    client = benchlib.patient_client(url)
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     settings = settings_for(prefix, VQ_TICK_MS=2000, VQ_BATCH_SIZE=100, VQ_MAX_WAITING=1_000_000)
     store = QueueStore(client, prefix)

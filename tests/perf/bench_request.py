@@ -211,6 +211,9 @@ def main() -> None:
         from chalicelib import runtime
 
         client = runtime.store().client
+        # Timing, not the store's fail-fast budget: on a loaded machine a reply can take longer than 0.5 s.
+        client.connection_pool.connection_kwargs["socket_timeout"] = 30
+        client.connection_pool.reset()
         context = benchlib.LambdaContext()
         target = {"queue_type": "limited-drop", "target_id": "1"}
         me = ENTRIES + "/me"

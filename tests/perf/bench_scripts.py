@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Callable
 
 import benchlib  # beside this file
 
@@ -55,7 +56,7 @@ from chalicelib.errors import NotInQueue  # noqa: E402
 from chalicelib.origin import OriginAnswer  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
-from chalicelib.store import QueueStore, connect  # noqa: E402
+from chalicelib.store import QueueStore  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
 
@@ -79,12 +80,13 @@ class QueueOn:
 
 
 class Origin:
-    """The downstream purchase API, stubbed: answers `status`."""
+    """The downstream purchase API, stubbed: answers `status`, saying it took no order if `not_taken`."""
 
     status = 200
+    not_taken = False
 
     def __call__(self, url, body, headers, timeout_s) -> OriginAnswer:
-        return OriginAnswer(self.status, b"{}", "application/json")
+        return OriginAnswer(self.status, b"{}", "application/json", not_taken=self.not_taken)
 
 
 @contextlib.contextmanager
@@ -130,11 +132,8 @@ class Bench:
         self.room = WaitingRoom(self.store, self.signer, self.settings, QueueOn())
         self.gate = purchase.PurchaseGate(self.store, self.signer, self.settings, QueueOn())
 
-    def ticket(self, target: Target, user: int) -> str:
-        return self.signer.issue_ticket(target, user, 1, int(time.time() * 1000)).text
-
     def buy(self, token, status: int = 200) -> int:
-        self.origin.status = status
+        self.origin.status, self.origin.not_taken = status, status != 200
         answer = self.gate.purchase(purchase.PurchaseRequest(
             target_type=token.target.type, target_id=str(token.target.id), entry_token=token.text,
             user_id=str(token.user_id), authorizer=None, body=b"{}", content_type="application/json",
@@ -147,7 +146,7 @@ class Bench:
         """Sends per call. Run it twice: the first run loads the scripts and opens the connection."""
         drop = Target("limited-drop", 1)
         room = self.room
-        tickets = {user: self.ticket(drop, user) for user in range(1, 7)}
+        tickets = {}
         found = {}
 
         def measure(name, call):
@@ -155,10 +154,13 @@ class Bench:
                 call()
             found[name] = sends[0]
 
-        measure("enter: first entry of a target (registers it)", lambda: room.enter(drop, 1))
-        measure("enter: new user", lambda: room.enter(drop, 2))
+        def enter(user):
+            tickets[user] = room.enter(drop, user).queue_ticket
+
+        measure("enter: first entry of a target (registers it)", lambda: enter(1))
+        measure("enter: new user", lambda: enter(2))
         for user in (3, 4, 5, 6):
-            room.enter(drop, user)
+            enter(user)
         measure("enter: already in line", lambda: room.enter(drop, 2))
         room.status(drop, 1, tickets[1])
         measure("status: waiting", lambda: room.status(drop, 2, tickets[2]))
@@ -171,7 +173,7 @@ class Bench:
         self.buy(tokens[1], 503)  # loads consume and restore
         self.buy(tokens[1])
         measure("purchase: consume", lambda: self.buy(tokens[2]))
-        measure("purchase failed downstream: consume + restore", lambda: self.buy(tokens[3], 503))
+        measure("purchase not taken downstream: consume + restore", lambda: self.buy(tokens[3], 409))
         room.leave(drop, 5, tickets[5])
         measure("leave", lambda: room.leave(drop, 6, tickets[6]))
         room.enter(drop, 7)  # someone still in line, or the pump forgets the target
@@ -213,26 +215,23 @@ class Bench:
     # --- the script calls, as the code makes them ---
 
 
-    def recorded_calls(self, targets: dict[str, Target]) -> dict[str, list[str]]:
-        """enter, status, leave, consume exactly as the store sends them, for user `__rand_int__`."""
-        user = {str(SENTINEL): RAND}
-        calls = {}
-        for name in ("enter", "status"):
-            self.room.enter(targets[name], SENTINEL - 1)  # a registered target: an entry's common path
-            with benchlib.recorded(self.client) as commands:
-                self.room.enter(targets[name], SENTINEL)
-            calls[f"enter@{name}"] = script_call(commands, user)
+    def recorded_call(self, call: Callable[[], object], placeholders: dict[str, str] | None = None) -> list[str]:
+        """The script call `call` makes, as the store sends it, for user `__rand_int__`."""
         with benchlib.recorded(self.client) as commands, contextlib.suppress(NotInQueue):
-            self.room.status(targets["status"], SENTINEL, self.ticket(targets["status"], SENTINEL))
-        calls["status"] = script_call(commands, user)
-        with benchlib.recorded(self.client) as commands:
-            self.room.leave(targets["leave"], SENTINEL, self.ticket(targets["leave"], SENTINEL))
-        calls["leave"] = script_call(commands, user)
-        token = self.signer.mint_entry_token(targets["enter"], SENTINEL, time.time(), 3600)
-        with benchlib.recorded(self.client) as commands:
-            self.buy(token)
-        calls["consume"] = script_call(commands, {**user, token.token_id: RAND})
-        return calls
+            call()
+        return script_call(commands, {str(SENTINEL): RAND, **(placeholders or {})})
+
+    def one_entry_number(self, target: Target, number: int, users: int) -> None:
+        """Users 0 .. users-1 in `target`'s line, all with entry number `number` (which orders them by id): then
+        a ticket recorded for one of them fits each random user redis-benchmark makes up, as its number must."""
+        k = self.store.keys(target)
+        now = int(time.time() * 1000)
+        for start in range(0, users, 10_000):
+            members = [f"{user:012d}" for user in range(start, min(start + 10_000, users))]
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zadd(k.waiting, dict.fromkeys(members, number))
+            pipe.zadd(k.heartbeat, dict.fromkeys(members, now))
+            pipe.execute()
 
     def populate(self, enter: list[str], users: int) -> None:
         """`users` users (0 .. users-1) in line through the enter script, as the opening burst puts them."""
@@ -259,9 +258,7 @@ class Bench:
         """Bytes per waiting user with USERS in one target's line (MEMORY USAGE of its sorted sets)."""
         target = Target("ticketing-event", 77)
         self.room.enter(target, SENTINEL - 1)
-        with benchlib.recorded(self.client) as commands:
-            self.room.enter(target, SENTINEL)
-        self.populate(script_call(commands, {str(SENTINEL): RAND}), USERS)
+        self.populate(self.recorded_call(lambda: self.room.enter(target, SENTINEL)), USERS)
         k = self.store.keys(target)
         usage = {name: int(self.client.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0"))
                  for name, key in (("waiting", k.waiting), ("heartbeat", k.heartbeat))}
@@ -338,20 +335,34 @@ class Bench:
 
     def server_cost(self) -> dict:
         targets = {name: Target("ticketing-event", n) for n, name in enumerate(("enter", "status", "leave"), 1)}
-        calls = self.recorded_calls(targets)
-        for sha in {call[1] for call in calls.values()}:
-            assert self.client.script_exists(sha)[0], "every recorded script is loaded"
-        self.populate(calls["enter@status"], USERS)
+        room = self.room
+        calls = {}
+        for name in ("enter", "status"):
+            room.enter(targets[name], SENTINEL - 1)  # a registered target: an entry's common path
+        calls["enter"] = self.recorded_call(lambda: room.enter(targets["enter"], SENTINEL))  # a newcomer
+        self.populate(self.recorded_call(lambda: room.enter(targets["status"], SENTINEL)), USERS)
         # As during an opening burst, the pump has ticked: the line moves and its rate is measured.
         with contextlib.redirect_stdout(io.StringIO()):
             Pump(self.store, self.settings).run(ticks=1)
+        # A poll and a departure, each with the ticket of its own entry, behind the users the tick admitted.
+        polling = room.enter(targets["status"], SENTINEL + 1).queue_ticket
+        calls["status"] = self.recorded_call(lambda: room.status(targets["status"], SENTINEL + 1, polling),
+                                             {str(SENTINEL + 1): RAND})
+        leaving = room.enter(targets["leave"], SENTINEL).queue_ticket
+        calls["leave"] = self.recorded_call(lambda: room.leave(targets["leave"], SENTINEL, leaving))
+        token = self.signer.mint_entry_token(targets["enter"], SENTINEL, time.time(), 3600)
+        calls["consume"] = self.recorded_call(lambda: self.buy(token), {token.token_id: RAND})
+        for sha in {call[1] for call in calls.values()}:
+            assert self.client.script_exists(sha)[0], "every recorded script is loaded"
+        self.one_entry_number(targets["status"], self.signer.read_ticket(polling).seq, USERS)
+        leave_number = self.signer.read_ticket(leaving).seq
         naive = {
             "status": self.inner_commands(calls["status"], USERS - 1),  # a user waiting in line
-            "enter": self.inner_commands(calls["enter@enter"], 10**11),  # a newcomer
+            "enter": self.inner_commands(calls["enter"], 10**11),  # a newcomer
         }
         scripts = {
             "ZADD (baseline)": (["ZADD", f"{self.prefix}:{{zadd}}:z", RAND, f"member:{RAND}"], 100_000_000),
-            "enter": (calls["enter@enter"], 100_000_000),  # nearly every user new: the opening burst
+            "enter": (calls["enter"], 100_000_000),  # nearly every user new: the opening burst
             "status": (calls["status"], USERS),
             "leave": (calls["leave"], USERS),
             "consume": (calls["consume"], 100_000_000),
@@ -359,14 +370,11 @@ class Bench:
         naive_commands = {f"naive {name}: {command[0]} #{i}": (command, USERS if name == "status" else 100_000_000)
                           for name, commands in naive.items() for i, command in enumerate(commands, 1)}
         client_cpus = self.pin()
-        line, leave = self.store.keys(targets["status"]), self.store.keys(targets["leave"])
 
         def measure(name, command, keyspace):
             def one_round():
-                if name == "leave":
-                    # Each round leaves from a full line: a copy of the one status polls.
-                    for source, copy in ((line.waiting, leave.waiting), (line.heartbeat, leave.heartbeat)):
-                        self.client.copy(source, copy, replace=True)
+                if name == "leave":  # each round leaves from a full line
+                    self.one_entry_number(targets["leave"], leave_number, USERS)
                 return self.pipelined(command, keyspace, client_cpus)
             return one_round
 
@@ -412,8 +420,8 @@ def memory_servers(own_client) -> list:
     """This run's server, and the one REDIS_URL names (the tests' server: the machine's Redis 7) if it is another."""
     clients = [own_client]
     url = os.environ.get("REDIS_URL")
-    if url and connect(url).info("server")["run_id"] != own_client.info("server")["run_id"]:
-        clients.append(connect(url))
+    if url and benchlib.patient_client(url).info("server")["run_id"] != own_client.info("server")["run_id"]:
+        clients.append(benchlib.patient_client(url))
     return clients
 
 
@@ -423,7 +431,7 @@ def main() -> None:
     origin = Origin()
     purchase.forward = origin
     with benchlib.redis_url() as url:
-        client = connect(url)
+        client = benchlib.patient_client(url)
         version = benchlib.server_version(client)
         benches = [Bench(client, origin) for _ in range(3)]
         memory_benches = [Bench(c, origin) for c in memory_servers(client)]

@@ -54,6 +54,16 @@ def redis_url() -> Iterator[str]:
         server.stop()
 
 
+def patient_client(url: str):
+    """A client like the store's (text replies, no retries) whose timeouts a loaded machine cannot trip: the
+    benchmarks time calls; they do not test the store's fail-fast budget."""
+    from redis import Redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return Redis.from_url(url, decode_responses=True, socket_timeout=30, retry=Retry(NoBackoff(), 0))
+
+
 def server_version(client) -> str:
     info = client.info("server")
     return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info.get('redis_version')}"
