@@ -2,7 +2,9 @@
 answer the API can give reaches its own view by polling alone, trouble is visible and heals by itself, and the
 page stays readable and keyboard-usable. Fixtures and checks: tests/browser.py."""
 
+import json
 import re
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -25,6 +27,14 @@ def tick_until_view(shopper, stack, target_id, view, ticks=20):
         stack.tick(target_id)
         shopper.page.wait_for_timeout(500)
     shopper.expect_view(view)
+
+
+def wait_until(page, condition, timeout_s):
+    """Wait for a condition on what route handlers record (they run only while Playwright waits, not in sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        page.wait_for_timeout(100)
 
 
 def progress(shopper):
@@ -214,6 +224,34 @@ def test_status_the_page_does_not_know_gets_a_neutral_view_and_polling_goes_on(s
     assert len(polls) >= 2  # still polling
     page.unroute("**/entries/me")
     shopper.expect_view("waiting")
+
+
+def test_polls_follow_the_servers_pollAfterMs(shopper, stack, target_id):
+    page = shopper.page
+    stack.configure(target_id, batch=1, tickMs=60_000)
+    stack.enter(target_id, 1)
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("waiting")
+    # The server's advice, varied from the test: often near the front, rarely far from it.
+    advice = {"pollAfterMs": 400}
+    polls = []
+
+    def advised(route):
+        polls.append(time.monotonic())
+        route.fulfill(content_type="application/json", body=json.dumps(
+            {"status": "WAITING", "position": 2, "aheadCount": 1, "etaSeconds": 1, "paused": False, **advice}))
+
+    page.route("**/entries/me", advised)
+    wait_until(page, lambda: len(polls) >= 6, timeout_s=15)
+    gaps = sorted(b - a for a, b in zip(polls, polls[1:]))
+    # About 0.4 s apart; the page's own pace (2-3 s) would be five times slower.
+    assert gaps[len(gaps) // 2] < 1.2, gaps
+    advice["pollAfterMs"] = 30_000
+    told = len(polls) + 1
+    wait_until(page, lambda: len(polls) >= told, timeout_s=5)  # the poll that hears the new advice
+    page.wait_for_timeout(5_000)
+    assert len(polls) == told, "polled again within 5 s of being told 30 s"
+    page.unroute("**/entries/me")
 
 
 def test_a_target_no_operator_opened_says_so_and_looks_again(shopper, stack, target_id):
