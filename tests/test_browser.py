@@ -185,6 +185,37 @@ def test_losing_the_place_offers_to_join_again_by_keyboard(shopper, stack, targe
     expect(page.locator("#position")).to_have_text("2")
 
 
+def test_a_pass_used_elsewhere_or_run_out_says_so(shopper, stack, target_id):
+    page, t = shopper.page, shopper.t
+    stack.configure(target_id, batch=1, tickMs=500)
+    open_page(shopper, stack, target_id, 7)
+    tick_until_view(shopper, stack, target_id, "admitted")
+    # The same pass buys first from elsewhere (another window): this page's click hears ENTRY_TOKEN_USED.
+    ticket = page.evaluate(f"JSON.parse(localStorage.getItem('vq-ticket:limited-drop:{target_id}:7'))")
+    status, entry = http("GET", stack.queue(target_id, "/entries/me"), {"X-User-Id": "7", "X-Queue-Ticket": ticket})
+    assert status == 200 and entry["status"] == "ADMITTED"
+    status, _ = http("POST", f"{stack.url}/limited-drops/{target_id}/orders",
+                     {"X-User-Id": "7", "X-Entry-Token": entry["entryToken"]}, body={"quantity": 1})
+    assert status == 201
+    page.locator("#buy").click()
+    shopper.expect_view("used")
+    expect(page.locator("section[data-view=used] button")).to_be_visible()
+    shopper.shot("used")
+
+    # A pass that runs out before the click (an answer standing in for one 3 s from its end): the countdown
+    # ends in a view of its own, with a way back into line.
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3))
+    page.route(f"**/limited-drop/{target_id}/entries", lambda route: route.fulfill(
+        content_type="application/json",
+        body=json.dumps({"status": "ADMITTED", "aheadCount": 0, "entryToken": "x.y", "tokenExpiresAt": expires})))
+    page.reload()
+    shopper.expect_view("admitted")
+    shopper.expect_view("expired", timeout_s=10)
+    assert shopper.heading() == t["expired_h"]
+    expect(page.locator("section[data-view=expired] button")).to_be_visible()
+    shopper.shot("expired")
+
+
 def test_closed_line(shopper, stack, target_id):
     stack.configure(target_id, closesAt=iso_in(-60))
     open_page(shopper, stack, target_id, 7)
