@@ -259,7 +259,7 @@ def test_status_the_page_does_not_know_gets_a_neutral_view_and_polling_goes_on(s
 
 def test_polls_follow_the_servers_pollAfterMs(shopper, stack, target_id):
     page = shopper.page
-    stack.configure(target_id, batch=1, tickMs=60_000)
+    stack.configure(target_id, batch=60, tickMs=60_000)
     stack.enter(target_id, 1)
     open_page(shopper, stack, target_id, 7)
     shopper.expect_view("waiting")
