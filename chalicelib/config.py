@@ -11,6 +11,7 @@
 | `VQ_BATCH_SIZE` | 100 | users admitted per tick |
 | `VQ_TICK_MS` | 2000 | length of one admission tick |
 | `VQ_MAX_WAITING` | 100000 | capacity of one target's line |
+| `VQ_TARGETS_OPEN_ON_FIRST_USE` | `false` | `true`: a first enter opens a target no operator configured (`make run`, tests, simulator); `false` (deployed): such a target answers 404 UNKNOWN_TARGET |
 | `VQ_HEARTBEAT_TIMEOUT_S` | 60 | a user who has not polled for this long is evicted; clients are told to poll at most a third of it apart (at least 3) |
 | `VQ_TOKEN_TTL_S` | 300 | lifetime of an entry token |
 | `VQ_QUEUE_IDLE_TTL_S` | 1800 | an untouched queue's keys expire after this |
@@ -146,6 +147,7 @@ class Settings:
     batch_size: int = 100
     tick_ms: int = 2000
     max_waiting: int = 100_000
+    targets_open_on_first_use: bool = False
     heartbeat_timeout_s: int = 60
     token_ttl_s: int = 300
     queue_idle_ttl_s: int = 1800
@@ -229,6 +231,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         batch_size=_positive_int(env, "VQ_BATCH_SIZE", 100),
         tick_ms=_positive_int(env, "VQ_TICK_MS", 2000, minimum=100),
         max_waiting=_positive_int(env, "VQ_MAX_WAITING", 100_000),
+        targets_open_on_first_use=_choice(env, "VQ_TARGETS_OPEN_ON_FIRST_USE", {"true": True, "false": False}, "false"),
         heartbeat_timeout_s=heartbeat_timeout_s,
         token_ttl_s=_positive_int(env, "VQ_TOKEN_TTL_S", 300),
         queue_idle_ttl_s=_positive_int(env, "VQ_QUEUE_IDLE_TTL_S", 1800),

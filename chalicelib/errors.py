@@ -27,6 +27,13 @@ class UnknownTargetType(QueueError):
     code = "UNKNOWN_TARGET_TYPE"
 
 
+class UnknownTarget(QueueError):
+    """No operator opened this target (and VQ_TARGETS_OPEN_ON_FIRST_USE is off): nothing was written for it."""
+
+    status = 404
+    code = "UNKNOWN_TARGET"
+
+
 class InvalidQueueTicket(QueueError):
     status = 403
     code = "INVALID_QUEUE_TICKET"
@@ -87,3 +94,10 @@ class QueueClosed(QueueError):
 
     status = 409
     code = "QUEUE_CLOSED"
+
+
+class QueueSoldOut(QueueError):
+    """The target is sold out (its operator or its shop said so): nobody new gets in line."""
+
+    status = 409
+    code = "SOLD_OUT"

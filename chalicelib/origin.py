@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from chalicelib.errors import OriginUnavailable
 
 NOT_TAKEN_HEADER = "X-Queue-Not-Taken"
+# An origin's word, on any answer to a purchase, that its stock ran out: the target is marked sold out.
+SOLD_OUT_HEADER = "X-Queue-Sold-Out"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class OriginAnswer:
     content_type: str | None
     # The origin says it did not take the order (a non-2xx answer with X-Queue-Not-Taken: true).
     not_taken: bool = False
+    sold_out: bool = False  # the origin said X-Queue-Sold-Out: true
 
     @property
     def text(self) -> str:
@@ -64,7 +67,8 @@ def forward(url: str, body: bytes, headers: dict[str, str], timeout_s: float) ->
     except (OSError, http.client.HTTPException) as err:
         raise OriginUnavailable("the purchase service did not answer; try again", _timed_out(err), sent=True) from None
     not_taken = not 200 <= status < 300 and (response.headers.get(NOT_TAKEN_HEADER) or "").strip().lower() == "true"
-    return OriginAnswer(status, text, response.headers.get("Content-Type"), not_taken)
+    sold_out = (response.headers.get(SOLD_OUT_HEADER) or "").strip().lower() == "true"
+    return OriginAnswer(status, text, response.headers.get("Content-Type"), not_taken, sold_out)
 
 
 def _timed_out(err: BaseException) -> bool:

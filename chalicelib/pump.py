@@ -146,7 +146,8 @@ class Pump:
         # The admission rate owed to the targets with users still waiting, per tick (also when 0: a heartbeat).
         # The alarm on a stalled pump compares the admissions made against it. A max-active cap or a pending
         # opening draw may hold a target back on purpose: those owe nothing that can be told apart from a stall.
-        rates = [r.batch * 1000 / r.tick_ms for r in results.values()
+        # A paused or sold-out target owes nothing, one following its shop's health (originSlo) what that allows.
+        rates = [r.per_tick * 1000 / r.tick_ms for r in results.values()
                  if isinstance(r, TargetTick) and r.waiting > 0 and r.max_active is None and not r.needs_draw]
         count("TargetRatePerSec", value=sum(rates), unit=MetricUnit.CountPerSecond)
         # Wake for the shortest tick any target is configured with (idempotent ticks make extra visits free).
@@ -212,6 +213,9 @@ class Pump:
         gauges.add_metric(name="Evicted", unit=MetricUnit.Count, value=result.evicted)
         gauges.add_metric(name="ConfiguredRatePerSec", unit=MetricUnit.CountPerSecond,
                           value=result.batch * 1000 / result.tick_ms)
+        # What the pump admits at now: 0 paused or sold out, less than configured while the shop misses its originSlo.
+        gauges.add_metric(name="EffectiveRatePerSec", unit=MetricUnit.CountPerSecond,
+                          value=result.per_tick * 1000 / result.tick_ms)
         gauges.add_metric(name="Capacity", unit=MetricUnit.Count, value=capacity)
         if result.max_active is not None:
             gauges.add_metric(name="MaxActive", unit=MetricUnit.Count, value=result.max_active)

@@ -10,13 +10,16 @@ from typing import Callable
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from chalicelib import polling, waits
+from chalicelib import polling, shop_health, waits
 from chalicelib.config import Settings
-from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueUnavailable
+from chalicelib.errors import (
+    InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueSoldOut, QueueUnavailable, UnknownTarget,
+)
 from chalicelib.flags import QueueSwitch
 from chalicelib.observability import count, logger
 from chalicelib.store import (
-    Admitted, Closed, Defaults, Full, OtherEntry, Place, PreQueued, QueueStore, StoreFull, StoreUnavailable, Waiting,
+    Admitted, Closed, Defaults, Full, OtherEntry, Place, PreQueued, QueueStore, SoldOut, StoreFull, StoreUnavailable,
+    Unknown, Waiting,
 )
 from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
@@ -35,6 +38,7 @@ class QueueEntry:
     queue_ticket: str | None = None
     opens_at_ms: int | None = None
     poll_after_ms: int | None = None  # PRE_QUEUE and WAITING: when to poll next (chalicelib/polling.py)
+    paused: bool = False
 
     def to_body(self) -> dict:
         if self.status == "PRE_QUEUE":
@@ -42,11 +46,14 @@ class QueueEntry:
             body: dict = {"status": self.status}
             if self.opens_at_ms is not None:
                 body["opensAt"] = iso_time(self.opens_at_ms)
+        elif self.status == "SOLD_OUT":
+            body = {"status": self.status}
         else:
             body = {"status": self.status, "aheadCount": self.ahead_count}
         if self.position is not None:
             body["position"] = self.position
             body["etaSeconds"] = self.eta_seconds
+            body["paused"] = self.paused
         if self.poll_after_ms is not None:
             body["pollAfterMs"] = self.poll_after_ms
         if self.entry_token is not None:
@@ -76,7 +83,7 @@ class WaitingRoom:
         self.clock = clock
         self.defaults = Defaults(
             max_waiting=settings.max_waiting, batch=settings.batch_size, tick_ms=settings.tick_ms,
-            idle_ttl_ms=settings.queue_idle_ttl_s * 1000,
+            idle_ttl_ms=settings.queue_idle_ttl_s * 1000, open_on_first_use=settings.targets_open_on_first_use,
         )
 
     def enter(self, target: Target, user_id: int) -> QueueEntry:
@@ -95,6 +102,8 @@ class WaitingRoom:
             raise QueueFull(retry_after_s=self.settings.retry_after_s)
         if isinstance(place, Closed):
             raise QueueClosed("this queue is closed to newcomers")
+        if isinstance(place, SoldOut):
+            raise QueueSoldOut("sold out: this queue admits nobody any more")
         entry = self._answer(target, user_id, place, now)
         if isinstance(place, (Waiting, PreQueued)) and place.created:
             number = place.seq if isinstance(place, Waiting) else place.arrival
@@ -135,10 +144,13 @@ class WaitingRoom:
 
     def stats(self, target: Target) -> dict:
         """Live figures of one line for operators (`GET .../stats`), beside the configuration in force."""
+        now_ms = int(self.clock() * 1000)
         try:
-            figures = self.store.stats(target, int(self.clock() * 1000))
+            figures = self.store.stats(target, now_ms)
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
+        if not figures.known:
+            raise _unknown()
         histogram = figures.wait_histogram
         waited = sum(histogram.values())
         body = {
@@ -151,6 +163,11 @@ class WaitingRoom:
             "p95WaitSeconds": _rounded(waits.percentile(histogram, 0.95)),
             "leftCount": figures.left,
             "evictedCount": figures.evicted,
+            "soldOutReleasedCount": figures.sold_out_released,
+            "ordersCount": figures.orders,
+            "configuredRatePerSec": _rounded(self._batch(figures.config) * 1000 / self._tick_ms(figures.config)),
+            "effectiveRatePerSec": _rounded(self._effective_rate(figures)),
+            "shop": shop_health.health(figures.purchases, now_ms),
             "config": self._effective(figures.config),
         }
         if figures.draw.get("state") == "done":
@@ -166,15 +183,18 @@ class WaitingRoom:
             own = self.store.config(target)
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
+        if own is None:
+            raise _unknown()
         return {"config": own.to_body(), "effective": self._effective(own)}
 
     def display(self, target: Target) -> dict[str, str]:
         """What the waiting-room page shows of the target (`displayName`, `imageUrl`), as far as set. Empty when
         Redis cannot answer: the page must load all the same, as the queue fails open."""
         try:
-            return self.store.config(target).display()
+            own = self.store.config(target)
         except StoreUnavailable:
             return {}
+        return own.display() if own is not None else {}
 
     def targets(self) -> list[Target]:
         """The targets the pump visits (users in line or in a pre-queue), for the operator console."""
@@ -184,20 +204,36 @@ class WaitingRoom:
             raise QueueUnavailable(self.settings.retry_after_s) from err
 
     def configure(self, target: Target, config: TargetConfig) -> dict:
-        """Replace the target's own configuration; the pump applies it from its next tick."""
+        """Replace the target's own configuration (opening the target); the pump applies it from its next tick."""
         try:
-            self.store.configure(target, config)
+            self.store.configure(target, config, int(self.clock() * 1000))
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
         logger.info("target configured", extra={"target": str(target), "config": config.to_body()})
         return {"config": config.to_body(), "effective": self._effective(config)}
 
     def _effective(self, own: TargetConfig) -> dict:
-        d = self.defaults
         # Own fields over the defaults; fields without a default (times, caps, display) as the target has them.
         return replace(
-            own, batch=own.batch or d.batch, tick_ms=own.tick_ms or d.tick_ms, max_waiting=own.max_waiting or d.max_waiting,
-        ).to_body()
+            own, batch=self._batch(own), tick_ms=self._tick_ms(own), max_waiting=own.max_waiting or self.defaults.max_waiting,
+        ).to_body(all_flags=True)
+
+    def _batch(self, own: TargetConfig) -> int:
+        return own.batch or self.defaults.batch
+
+    def _tick_ms(self, own: TargetConfig) -> int:
+        return own.tick_ms or self.defaults.tick_ms
+
+    def _effective_rate(self, figures) -> float:
+        """Admissions per second the pump is held to now: none paused or sold out, less than configured while the
+        shop misses its originSlo."""
+        own = figures.config
+        if own.paused or own.sold_out:
+            return 0.0
+        batch = self._batch(own)
+        if own.follows_origin and figures.allowed_batch is not None:
+            batch = min(batch, figures.allowed_batch)
+        return batch * 1000 / self._tick_ms(own)
 
     def _check_ticket(self, target: Target, user_id: int, text: str | None) -> QueueTicket:
         ticket = self.signer.read_ticket(text)
@@ -247,21 +283,30 @@ class WaitingRoom:
             raise NotInQueue("the entry token issued to this user is no longer valid; enter again")
         heartbeat_s = self.settings.heartbeat_timeout_s
         if isinstance(place, Waiting):
-            eta = place.ahead / place.rate if place.rate > 0 else None
+            # Paused, the line does not move: no time can be promised.
+            eta = place.ahead / place.rate if place.rate > 0 and not place.paused else None
             return QueueEntry(
                 "WAITING", ahead_count=place.ahead, position=place.ahead + 1,
-                eta_seconds=None if eta is None else math.ceil(eta),
+                eta_seconds=None if eta is None else math.ceil(eta), paused=place.paused,
                 poll_after_ms=polling.waiting_poll_after_ms(eta, heartbeat_s),
             )
         if isinstance(place, PreQueued):
             opens_in_ms = None if place.opens_at_ms is None else place.opens_at_ms - int(now * 1000)
             return QueueEntry("PRE_QUEUE", opens_at_ms=place.opens_at_ms,
                               poll_after_ms=polling.pre_queue_poll_after_ms(opens_in_ms, heartbeat_s))
+        if isinstance(place, SoldOut):
+            return QueueEntry("SOLD_OUT")
+        if isinstance(place, Unknown):
+            raise _unknown()
         raise NotInQueue("not in this queue; enter again")
 
 
 def _other_entry() -> InvalidQueueTicket:
     return InvalidQueueTicket("this queue ticket is of an earlier entry; use the ticket of your latest entry")
+
+
+def _unknown() -> UnknownTarget:
+    return UnknownTarget("no such queue: an operator opens one with PUT .../config")
 
 
 def _rounded(value: float | None) -> float | None:

@@ -20,7 +20,7 @@ from redis.exceptions import NoScriptError, RedisClusterException
 from redis.lock import Lock
 from redis.retry import Retry
 
-from chalicelib import waits
+from chalicelib import shop_health, waits
 from chalicelib.errors import QueueError
 from chalicelib.observability import logger
 from chalicelib.target_config import TargetConfig
@@ -39,6 +39,8 @@ REGISTRATION_REFRESH_MS = 60_000
 # clock of whichever function reads it, the marker's TTL by Redis: the margin covers clocks apart by that much
 # and a purchase that was verified in time but reaches Redis late.
 CLOCK_SKEW_MARGIN_MS = 60_000
+# The config field that makes a target known (lua/configure.lua).
+KNOWN_SINCE = "known_since_ms"
 
 
 class Consumption:
@@ -135,6 +137,7 @@ class Waiting:
     seq: int
     ahead: int
     rate: float  # measured by the pump while users wait, else the target's configured rate
+    paused: bool = False
     created: bool = False
 
 
@@ -171,7 +174,15 @@ class OtherEntry:
     """The ticket is of an earlier entry of this user, not of their current one."""
 
 
-Place = Union[Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry]
+class SoldOut:
+    """The target is sold out: the user's place, if they had one, was released."""
+
+
+class Unknown:
+    """No operator opened the target: nothing was written."""
+
+
+Place = Union[Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry, SoldOut, Unknown]
 
 
 @dataclass(frozen=True)
@@ -182,6 +193,7 @@ class Defaults:
     batch: int
     tick_ms: int
     idle_ttl_ms: int
+    open_on_first_use: bool = False  # a first enter opens an unknown target
 
 
 @dataclass(frozen=True)
@@ -199,6 +211,11 @@ class QueueFigures:
     active: int  # admitted and not done: still collecting, or holding a live unused token
     config: TargetConfig
     draw: dict[str, str]  # the opening draw's record: opens_at_ms, seed, state, count, drawn_at_ms
+    known: bool  # an operator opened the target (or a first enter did, where targets open on first use)
+    sold_out_released: int  # users told SOLD_OUT whose place was released
+    orders: int  # purchases the shop accepted (2xx)
+    allowed_batch: float | None  # users per tick the shop's health allows (originSlo), if adjusted
+    purchases: list[shop_health.Purchase]  # the latest forwarded purchases, newest first
 
 
 @dataclass(frozen=True)
@@ -211,6 +228,7 @@ class PumpRules:
     heartbeat_timeout_ms: int
     max_evict: int
     idle_ttl_ms: int
+    following: shop_health.FollowRules = shop_health.FollowRules()
 
 
 @dataclass(frozen=True)
@@ -229,6 +247,9 @@ class TargetTick:
     batch: int
     max_waiting: int | None  # ...and its own capacity and max-active, if set
     max_active: int | None
+    paused: bool = False
+    sold_out: bool = False
+    per_tick: float = 0.0  # users per tick in force: the batch, less while the shop is unhealthy; 0 paused or sold out
 
 
 class QueueKeys:
@@ -250,6 +271,8 @@ class QueueKeys:
         self.waits = f"{self.base}:waits"
         self.admissions = f"{self.base}:admissions"
         self.revoked = f"{self.base}:revoked"
+        self.health = f"{self.base}:health"
+        self.purchases = f"{self.base}:purchases"
 
     def token(self, user_id: int) -> str:
         return f"{self.base}:token:{user_id}"
@@ -281,6 +304,8 @@ class QueueStore:
         self._forget_target = load_script(client, "forget_target")
         self._consume = load_script(client, "consume")
         self._restore = load_script(client, "restore")
+        self._observe_purchase = load_script(client, "observe_purchase")
+        self._adjust_rate = load_script(client, "adjust_rate")
 
     def keys(self, target: Target) -> QueueKeys:
         return QueueKeys(self.prefix, target)
@@ -295,7 +320,7 @@ class QueueStore:
              k.draw, k.active],
             [user_id, now_ms, defaults.max_waiting, defaults.idle_ttl_ms, grant.text,
              grant.expires_at * 1000 - now_ms, grant.expires_at * 1000, REGISTRATION_REFRESH_MS,
-             defaults.batch, defaults.tick_ms],
+             defaults.batch, defaults.tick_ms, int(defaults.open_on_first_use)],
         )
         if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
             self._register(target, defaults.idle_ttl_ms)
@@ -373,10 +398,12 @@ class QueueStore:
     def stats(self, target: Target, now_ms: int) -> QueueFigures:
         """The target's counters, in one round trip."""
         k = self.keys(target)
-        waiting, pre_queued, active, fields, histogram, config, draw = self._guarded(
-            self._stats, [k.waiting, k.mark, k.stats, k.waits, k.prequeue, k.active, k.config, k.draw], [now_ms],
+        waiting, pre_queued, active, fields, histogram, config, draw, health, purchases = self._guarded(
+            self._stats,
+            [k.waiting, k.mark, k.stats, k.waits, k.prequeue, k.active, k.config, k.draw, k.health, k.purchases],
+            [now_ms],
         )
-        fields = _pairs(fields)
+        fields, config, health = _pairs(fields), _pairs(config), _pairs(health)
         counters = {name: int(value) for name, value in fields.items() if name != "rate"}
         return QueueFigures(
             waiting=waiting, pre_queued=pre_queued, active=active,
@@ -384,17 +411,32 @@ class QueueStore:
             evicted=counters.get("evicted", 0), wait_ms=counters.get("wait_ms", 0),
             wait_histogram={int(b): int(n) for b, n in _pairs(histogram).items()},
             measured_rate=float(fields["rate"]) if "rate" in fields else None,
-            config=TargetConfig.from_redis(_pairs(config)), draw=_pairs(draw),
+            config=TargetConfig.from_redis(config), draw=_pairs(draw), known=KNOWN_SINCE in config,
+            sold_out_released=counters.get("sold_out_released", 0), orders=counters.get("orders", 0),
+            allowed_batch=float(health["batch"]) if "batch" in health else None,
+            purchases=[p for p in map(shop_health.Purchase.parse, purchases) if p is not None],
         )
 
-    def config(self, target: Target) -> TargetConfig:
-        """The target's own configuration (unset fields fall back to the global defaults)."""
-        return TargetConfig.from_redis(self._guarded(self.client.hgetall, self.keys(target).config))
+    def config(self, target: Target) -> TargetConfig | None:
+        """The target's own configuration (unset fields fall back to the global defaults); None if it is unknown."""
+        stored = self._guarded(self.client.hgetall, self.keys(target).config)
+        return TargetConfig.from_redis(stored) if KNOWN_SINCE in stored else None
 
-    def configure(self, target: Target, config: TargetConfig) -> None:
-        """Replace the target's own configuration, at once: the pump applies it from its next tick."""
+    def configure(self, target: Target, config: TargetConfig, now_ms: int) -> None:
+        """Replace the target's own configuration, at once: the pump applies it from its next tick. Opens an
+        unknown target."""
         pairs = [item for field_value in config.to_redis().items() for item in field_value]
-        self._guarded(self._configure, [self.keys(target).config], pairs)
+        self._guarded(self._configure, [self.keys(target).config], [now_ms, *pairs])
+
+    def observe_purchase(self, target: Target, purchase: shop_health.Purchase, accepted: bool, sold_out: bool) -> int:
+        """Note a forwarded purchase's latency and outcome; the shop's word that stock ran out marks the target
+        sold out. 0: unknown target (nothing written), 1: noted, 2: noted, and now sold out."""
+        k = self.keys(target)
+        return int(self._guarded(
+            self._observe_purchase, [k.config, k.purchases, k.stats],
+            [*purchase.to_redis(), int(accepted), int(sold_out), shop_health.MAX_PURCHASES,
+             shop_health.PURCHASES_TTL_MS],
+        ))
 
     def begin_draw(self, target: Target, fresh_seed: str) -> tuple[str, bool]:
         """The seed of the target's opening draw (`fresh_seed` unless one was begun already), and whether it is done."""
@@ -477,25 +519,32 @@ class QueueStore:
                 self._evict, [k.waiting, k.heartbeat, k.registered, k.stats, k.prequeue],
                 [rules.heartbeat_timeout_ms, rules.max_evict],
             ))
+            # Before admitting: this tick admits at the rate the shop's health allows (a no-op without originSlo).
+            calls.append((
+                self._adjust_rate, [k.config, k.health, k.purchases],
+                [rules.tick_ms, rules.batch, *rules.following.to_redis(), rules.idle_ttl_ms],
+            ))
             calls.append((
                 self._admit,
                 [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats, k.waits, k.admissions, k.config,
-                 k.prequeue, k.draw, k.active],
+                 k.prequeue, k.draw, k.active, k.health],
                 [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms],
             ))
         replies = self._run_pipelined(calls)
         results: dict[Target, TargetTick | Exception] = {}
-        for target, evicted, admitted in zip(targets, replies[0::2], replies[1::2]):
-            error = next((r for r in (evicted, admitted) if isinstance(r, Exception)), None)
+        for target, evicted, adjusted, admitted in zip(targets, replies[0::3], replies[1::3], replies[2::3]):
+            error = next((r for r in (evicted, adjusted, admitted) if isinstance(r, Exception)), None)
             if error is not None:
                 results[target] = error
                 continue
-            tick, count, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active = admitted
+            (tick, count, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active,
+             paused, sold_out, per_tick) = admitted
             results[target] = TargetTick(
                 applied_tick=tick or None, admitted=count, mark=mark, waiting=waiting,
                 evicted=evicted[0], idle=evicted[1] == 1, server_ms=server_ms,
                 needs_draw=needs_draw == 1, tick_ms=tick_ms, batch=batch,
                 max_waiting=max_waiting or None, max_active=max_active or None,
+                paused=paused == 1, sold_out=sold_out == 1, per_tick=float(per_tick),
             )
         return results
 
@@ -539,8 +588,8 @@ def _pairs(flat: list) -> dict[str, str]:
 def _place(reply: list) -> Place:
     kind = reply[0]
     if kind == "WAITING":
-        return Waiting(seq=int(reply[1]), ahead=int(reply[2]), rate=float(reply[3]),
-                       created=len(reply) > 4 and reply[4] == 1)
+        return Waiting(seq=int(reply[1]), ahead=int(reply[2]), rate=float(reply[3]), paused=reply[4] == 1,
+                       created=len(reply) > 5 and reply[5] == 1)
     if kind == "PRE_QUEUE":
         return PreQueued(arrival=int(reply[1]), opens_at_ms=int(reply[2]) if reply[2] else None,
                          created=len(reply) > 3 and reply[3] == 1)
@@ -553,4 +602,8 @@ def _place(reply: list) -> Place:
         return Closed()
     if kind == "OTHER_ENTRY":
         return OtherEntry()
+    if kind == "SOLD_OUT":
+        return SoldOut()
+    if kind == "UNKNOWN_TARGET":
+        return Unknown()
     return Gone()

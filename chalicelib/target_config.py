@@ -4,6 +4,10 @@ Every field is optional; an unset one falls back to the global default of chalic
 API spells fields in camelCase and times as ISO-8601 with a zone; Redis keeps them as integers
 (`Redis fields` below), which the Lua scripts read directly. The display fields (`displayName`,
 `imageUrl`) are text for the waiting-room page only; the scripts never read them.
+
+Besides the pace and the schedule, an operator steers a sale with `paused` (no admissions, everyone keeps
+their place), `soldOut` (nobody is admitted and everyone still waiting is told so; the shop can set it too)
+and `originSlo` (the pump lowers the rate while the shop misses the objective: see shop_health.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ _LIMITS = {
 _TIMES = {"opensAt": "opens_at_ms", "closesAt": "closes_at_ms"}
 # API name -> (Redis field, longest) for the display texts the page shows.
 _TEXTS = {"displayName": ("display_name", 80), "imageUrl": ("image_url", 500)}
+_FLAGS = {"paused": "paused", "soldOut": "sold_out"}
+# originSlo's fields: API name -> (Redis field, type, lowest, highest).
+_SLO = {"p95Ms": ("slo_p95_ms", int, 1, 60_000), "errorRate": ("slo_error_rate", float, 0.0, 1.0)}
 _ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})")
 _EARLIEST, _LATEST = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
 
@@ -44,23 +51,42 @@ class TargetConfig:
     closes_at_ms: int | None = None
     display_name: str | None = None
     image_url: str | None = None
+    paused: bool = False
+    sold_out: bool = False
+    slo_p95_ms: int | None = None  # originSlo
+    slo_error_rate: float | None = None
 
-    def to_redis(self) -> dict[str, int | str]:
-        """The set fields, as stored in the target's `config` hash."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-
-    @classmethod
-    def from_redis(cls, stored: dict[str, str]) -> "TargetConfig":
-        texts = {name for name, _ in _TEXTS.values()}
-        return cls(**{
-            f.name: stored[f.name] if f.name in texts else int(stored[f.name]) for f in fields(cls) if f.name in stored
-        })
+    @property
+    def follows_origin(self) -> bool:
+        """Whether the pump adjusts this target's rate to the shop's health (an originSlo is set)."""
+        return self.slo_p95_ms is not None or self.slo_error_rate is not None
 
     def display(self) -> dict[str, str]:
         """The display fields that are set, as the API names them."""
         return {api_name: getattr(self, name) for api_name, (name, _) in _TEXTS.items() if getattr(self, name)}
 
-    def to_body(self) -> dict:
+    def to_redis(self) -> dict[str, int | float | str]:
+        """The set fields, as stored in the target's `config` hash (flags as 1, absent when off)."""
+        stored: dict[str, int | float | str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value is not False:
+                stored[f.name] = int(value) if isinstance(value, bool) else value
+        return stored
+
+    @classmethod
+    def from_redis(cls, stored: dict[str, str]) -> "TargetConfig":
+        def read(name: str, text: str) -> int | float | bool | str:
+            if name in _FLAGS.values():
+                return text == "1"
+            if name in (field for field, _ in _TEXTS.values()):
+                return text
+            return float(text) if name == "slo_error_rate" else int(text)
+
+        return cls(**{f.name: read(f.name, stored[f.name]) for f in fields(cls) if f.name in stored})
+
+    def to_body(self, all_flags: bool = False) -> dict:
+        """The API's spelling; `paused` and `soldOut` only when on, unless `all_flags`."""
         body: dict = {}
         for api_name, (name, _, _) in _LIMITS.items():
             if getattr(self, name) is not None:
@@ -68,6 +94,12 @@ class TargetConfig:
         for api_name, name in _TIMES.items():
             if getattr(self, name) is not None:
                 body[api_name] = iso_time(getattr(self, name))
+        for api_name, name in _FLAGS.items():
+            if all_flags or getattr(self, name):
+                body[api_name] = getattr(self, name)
+        slo = {api_name: getattr(self, name) for api_name, (name, _, _, _) in _SLO.items() if getattr(self, name) is not None}
+        if slo:
+            body["originSlo"] = slo
         return body | self.display()
 
 
@@ -88,10 +120,10 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
         raise InvalidArgument("the body is nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidArgument("the body must be a JSON object")
-    unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES) - set(_TEXTS))
+    unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES) - set(_TEXTS) - set(_FLAGS) - {"originSlo"})
     if unknown:
         raise InvalidArgument(f"unknown fields: {', '.join(unknown)[:200]}")
-    values: dict[str, int | str] = {}
+    values: dict[str, int | float | bool | str] = {}
     for api_name, (name, lowest, highest) in _LIMITS.items():
         if api_name in body:
             value = body[api_name]
@@ -105,10 +137,31 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
         values["display_name"] = _display_name(body["displayName"])
     if "imageUrl" in body:
         values["image_url"] = _image_url(body["imageUrl"])
+    for api_name, name in _FLAGS.items():
+        if api_name in body:
+            if type(body[api_name]) is not bool:
+                raise InvalidArgument(f"{api_name} must be true or false")
+            values[name] = body[api_name]
+    if "originSlo" in body:
+        values.update(_origin_slo(body["originSlo"]))
     config = TargetConfig(**values)
     if config.opens_at_ms is not None and config.closes_at_ms is not None and config.closes_at_ms <= config.opens_at_ms:
         raise InvalidArgument("closesAt must be after opensAt")
     return config
+
+
+def _origin_slo(slo: object) -> dict[str, int | float]:
+    if not isinstance(slo, dict) or not slo or set(slo) - set(_SLO):
+        raise InvalidArgument('originSlo must be an object with p95Ms and/or errorRate, e.g. {"p95Ms": 800, "errorRate": 0.05}')
+    values: dict[str, int | float] = {}
+    for api_name, (name, kind, lowest, highest) in _SLO.items():
+        if api_name in slo:
+            value = slo[api_name]
+            numeric = type(value) is int or (kind is float and type(value) is float)
+            if not numeric or not lowest <= value <= highest:
+                raise InvalidArgument(f"originSlo.{api_name} must be a {kind.__name__} from {lowest} to {highest}")
+            values[name] = kind(value)
+    return values
 
 
 def _epoch_ms(api_name: str, value: object) -> int:

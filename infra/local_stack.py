@@ -94,6 +94,8 @@ class LocalStack:
             self.valkey = ValkeyServer(host="127.0.0.1")
             self.valkey.start()
             env["REDIS_URL"] = self.valkey.connection_url
+        # Locally a first enter opens a target, so any URL works without configuring it first (deployed: false).
+        env.setdefault("VQ_TARGETS_OPEN_ON_FIRST_USE", "true")
         if not env.get("VQ_TOKEN_KEYS"):
             env["VQ_TOKEN_KEYS"] = json.dumps({"dev": secrets.token_urlsafe(32)})
             env["VQ_TOKEN_ACTIVE_KID"] = "dev"

@@ -8,20 +8,33 @@
 -- KEYS[6] stats       hash of counters: `admitted` counts admissions; `rate` is the measured admission rate
 -- KEYS[7] waits       wait-time histogram (only its TTL is kept here)
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users waiting
--- KEYS[9] config      hash: the target's own batch, tick_ms, max_active, opens_at_ms (else the defaults below)
+-- KEYS[9] config      hash: the target's own batch, tick_ms, max_active, opens_at_ms, max_waiting, paused, sold_out,
+--                     slo_p95_ms, slo_error_rate (else the defaults below)
 -- KEYS[10] prequeue   zset: user id -> arrival seq, before opening
 -- KEYS[11] draw       hash: opens_at_ms and state ('drawing' | 'done') of the opening's pre-queue draw
 -- KEYS[12] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
+-- KEYS[13] health     hash: `batch`, the users per tick the shop's health allows (adjust_rate.lua), and `carry`,
+--                     the fraction of a user owed from earlier ticks; read only when the target has an originSlo
 -- ARGV[1] default tick length (ms)   ARGV[2] default batch (users per tick)   ARGV[3] catch-up cap (ticks)
 -- ARGV[4] idle TTL (ms)
+-- Paused or sold out (config `paused`, `sold_out`), a tick admits nobody and still counts as applied, so resuming
+-- goes on at the rate rather than catching up on the pause.
 -- Returns {applied tick (0 if already applied), admitted now, mark, waiting not yet admitted, server time (ms),
---          the pre-queue needs its opening draw (0|1), tick length (ms), batch, max waiting or 0, max active or 0}
+--          the pre-queue needs its opening draw (0|1), tick length (ms), batch, max waiting or 0, max active or 0,
+--          paused (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held)}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local config = redis.call('HMGET', KEYS[9], 'batch', 'tick_ms', 'max_active', 'opens_at_ms', 'max_waiting')
+local config = redis.call('HMGET', KEYS[9], 'batch', 'tick_ms', 'max_active', 'opens_at_ms', 'max_waiting', 'paused',
+  'sold_out', 'slo_p95_ms', 'slo_error_rate')
 local tick_ms = tonumber(config[2] or ARGV[1])
 local batch = tonumber(config[1] or ARGV[2])
-local settings = {tick_ms, batch, tonumber(config[5] or '0'), tonumber(config[3] or '0')}
+local held = config[6] == '1' or config[7] == '1'
+local per_tick = batch
+if config[8] or config[9] then
+  per_tick = math.min(batch, tonumber(redis.call('HGET', KEYS[13], 'batch') or batch))
+end
+local settings = {tick_ms, batch, tonumber(config[5] or '0'), tonumber(config[3] or '0'),
+  config[6] == '1' and 1 or 0, config[7] == '1' and 1 or 0, held and '0' or tostring(per_tick)}
 local tick = math.floor(now / tick_ms)
 -- Kept as a time, not a tick number, so a change of tick length never replays or skips a tick.
 local last = tonumber(redis.call('GET', KEYS[5]))
@@ -57,7 +70,17 @@ local covered = 1
 if last then
   covered = math.max(1, math.min(math.floor((tick * tick_ms - last) / tick_ms), tonumber(ARGV[3])))
 end
-local admitted = math.min(batch * covered, waiting)
+-- Below the batch, users per tick may be fractional: the fraction carries over to the next tick.
+local owed = per_tick * covered
+if per_tick < batch then
+  owed = owed + tonumber(redis.call('HGET', KEYS[13], 'carry') or '0')
+end
+local admitted = math.min(math.floor(owed), waiting)
+if held then
+  admitted = 0
+elseif per_tick < batch then
+  redis.call('HSET', KEYS[13], 'carry', admitted < waiting and tostring(owed - admitted) or '0')
+end
 -- maxActive: admitted users not done with their turn (still collecting, or holding a live unused token)
 -- take up room.
 local max_active = tonumber(config[3])
@@ -78,7 +101,7 @@ redis.call('SET', KEYS[5], tick * tick_ms, 'PX', idle)
 
 -- The measured rate counts only ticks that left users waiting: a tick short of users measures demand,
 -- not how fast the line moves. Running sums in `stats` keep this O(1) per tick.
-if waiting - admitted > 0 then
+if waiting - admitted > 0 and not held then
   redis.call('LPUSH', KEYS[8], tick * tick_ms .. ':' .. admitted .. ':' .. covered)
   redis.call('HINCRBY', KEYS[6], 'rate_admitted', admitted)
   redis.call('HINCRBY', KEYS[6], 'rate_ticks', covered)

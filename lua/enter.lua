@@ -8,7 +8,8 @@
 -- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet)
--- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms
+-- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
+--                     sold_out, paused
 -- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
@@ -17,19 +18,36 @@
 -- ARGV[6] its TTL (ms)   ARGV[7] its expiry (epoch ms)
 -- ARGV[8] how long a registration is trusted before the next enter registers the target again (ms)
 -- ARGV[9] default batch   ARGV[10] default tick length (ms)
+-- ARGV[11] '1': a first enter opens a target no operator configured (VQ_TARGETS_OPEN_ON_FIRST_USE), else '0'
 -- Returns one of:
 --   {'ADMITTED', 'entry number grant', issued now (0|1)}
---   {'WAITING', seq, users ahead, admissions per second, created (0|1), target needs registering (0|1)}
+--   {'WAITING', seq, users ahead, admissions per second, paused (0|1), created (0|1), target needs registering (0|1)}
 --   {'PRE_QUEUE', arrival seq, opens at (ms), created (0|1), target needs registering (0|1)}
---   {'FULL'}   {'CLOSED'}
+--   {'FULL'}   {'CLOSED'}   {'SOLD_OUT'} (the user's place, if any, is released)
+--   {'UNKNOWN_TARGET'} (nothing was written)
 local user = ARGV[1]
 local now = tonumber(ARGV[2])
+local config = redis.call('HMGET', KEYS[8], 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
+  'known_since_ms', 'sold_out', 'paused')
+if not config[6] then
+  if ARGV[11] ~= '1' then
+    return {'UNKNOWN_TARGET'}
+  end
+  redis.call('HSET', KEYS[8], 'known_since_ms', now)
+end
 local held = redis.call('GET', KEYS[5])
 if held then
   return {'ADMITTED', held, 0}
 end
+-- Sold out: tokens already issued stay valid (above), nobody else gets or keeps a place.
+if config[7] == '1' then
+  if math.max(redis.call('ZREM', KEYS[1], user), redis.call('ZREM', KEYS[9], user)) == 1 then
+    redis.call('HINCRBY', KEYS[7], 'sold_out_released', 1)
+  end
+  redis.call('ZREM', KEYS[2], user)
+  return {'SOLD_OUT'}
+end
 
-local config = redis.call('HMGET', KEYS[8], 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms')
 local mark = tonumber(redis.call('GET', KEYS[4]) or '0')
 local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
 if seq and seq <= mark then
@@ -87,4 +105,4 @@ end
 ahead = ahead or redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
 local rate = redis.call('HGET', KEYS[7], 'rate')
   or tostring(tonumber(config[1] or ARGV[9]) * 1000 / tonumber(config[2] or ARGV[10]))
-return {'WAITING', seq, ahead, rate, created, register}
+return {'WAITING', seq, ahead, rate, config[8] == '1' and 1 or 0, created, register}

@@ -5,7 +5,7 @@
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms; `rate`: admissions per second measured by the pump
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
--- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms
+-- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms, known_since_ms, sold_out, paused
 -- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[9] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- KEYS[10] draw       hash: `last`, the highest arrival number the opening draw placed
@@ -16,9 +16,10 @@
 -- ARGV[11] idle TTL (ms)
 -- Returns one of:
 --   {'ADMITTED', 'entry number grant', issued now (0|1)}
---   {'WAITING', seq, users ahead, admissions per second}
+--   {'WAITING', seq, users ahead, admissions per second, paused (0|1)}
 --   {'PRE_QUEUE', arrival seq, opens at (ms)}
---   {'NOT_IN_QUEUE'}   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
+--   {'NOT_IN_QUEUE'}   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)   {'UNKNOWN_TARGET'}
+--   {'SOLD_OUT'} (the user's place, if any, is released: counted as `sold_out_released` in stats)
 local user = ARGV[1]
 -- A ticket belongs to one entry. The opening draw deals the pre-queue's arrival numbers anew: within
 -- them, a ticket cannot tell its entry.
@@ -31,12 +32,25 @@ local function other_entry(number)
   return ticket > last or current > last
 end
 
+local config = redis.call('HMGET', KEYS[7], 'known_since_ms', 'sold_out', 'paused', 'batch', 'tick_ms')
+if not config[1] then
+  return {'UNKNOWN_TARGET'}
+end
 local held = redis.call('GET', KEYS[4])
 if held then
   if other_entry(string.match(held, '^(%d+) ')) then
     return {'OTHER_ENTRY'}
   end
   return {'ADMITTED', held, 0}
+end
+-- Sold out: tokens already issued stay valid (above); everyone else hears it at this poll and leaves the line.
+if config[2] == '1' then
+  local released = math.max(redis.call('ZREM', KEYS[1], user), redis.call('ZREM', KEYS[8], user))
+  redis.call('ZREM', KEYS[2], user)
+  if released == 1 then
+    redis.call('HINCRBY', KEYS[5], 'sold_out_released', 1)
+  end
+  return {'SOLD_OUT'}
 end
 
 local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
@@ -72,8 +86,5 @@ redis.call('ZADD', KEYS[2], ARGV[2], user)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
 local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
 local rate = redis.call('HGET', KEYS[5], 'rate')
-if not rate then
-  local config = redis.call('HMGET', KEYS[7], 'batch', 'tick_ms')
-  rate = tostring(tonumber(config[1] or ARGV[8]) * 1000 / tonumber(config[2] or ARGV[9]))
-end
-return {'WAITING', seq, ahead, rate}
+  or tostring(tonumber(config[4] or ARGV[8]) * 1000 / tonumber(config[5] or ARGV[9]))
+return {'WAITING', seq, ahead, rate, config[3] == '1' and 1 or 0}

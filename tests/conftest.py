@@ -17,6 +17,8 @@ os.environ.update({
     "VQ_TOKEN_ACTIVE_KID": "k1",
     "VQ_KEY_PREFIX": f"vqtest-{uuid.uuid4().hex[:8]}",
     "POWERTOOLS_TRACE_DISABLED": "1",
+    # As in `make run`: a first enter opens a target (tests of known targets switch it off).
+    "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",
     "POWERTOOLS_METRICS_NAMESPACE": "VirtualQueue",
     "AWS_DEFAULT_REGION": "us-east-1",
 })

@@ -18,6 +18,7 @@ class Origin:
     def __init__(self):
         self.requests = []
         self.answers = []
+        self.answer_headers = {}  # sent with every answer
         self.orders = []  # every order taken: {"orderId", "key"}
         self.outcomes = {}  # Idempotency-Key -> (status, body) of the order taken under it
         self.delay_s = 0.0
@@ -34,7 +35,7 @@ class Origin:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(payload)))
-                for name, value in headers.items():
+                for name, value in {**headers, **origin.answer_headers}.items():
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)

@@ -181,6 +181,7 @@ def test_log_lines_carry_the_request_id_target_and_user(env, logged):
 
 
 def test_stats_p95_is_right_within_the_histograms_resolution(room):
+    room.enter(DROP, 1)
     rng = random.Random(3)
     waits_s = [rng.expovariate(1 / 40) for _ in range(2000)]  # a long-tailed spread of waits
     pipe = room.store.client.pipeline()
@@ -260,9 +261,9 @@ def test_measured_rate_feeds_stats_and_eta_only_from_ticks_that_left_users_waiti
 
     room = make_room(VQ_BATCH_SIZE=4, VQ_TICK_MS=100)  # configured: 40 admissions per second
     pump = Pump(room.store, room.settings)
+    tickets = [room.enter(DROP, user).queue_ticket for user in range(1, 11)]
     assert room.stats(DROP)["admissionRatePerSec"] == 0.0  # nothing measured yet
 
-    tickets = [room.enter(DROP, user).queue_ticket for user in range(1, 11)]
     run = pump.run(ticks=2)  # 8 admitted over two ticks that each left users waiting
     assert run.admitted == 8
     measured = room.stats(DROP)["admissionRatePerSec"]

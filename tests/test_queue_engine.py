@@ -119,7 +119,7 @@ def test_status_reports_place_and_eta_from_the_configured_rate(make_room):
     body = entry.to_body()
     # Asked back after half the 4.2 s wait, shortened by up to a quarter (chalicelib/polling.py).
     assert 1575 <= body.pop("pollAfterMs") <= 2100
-    assert body == {"status": "WAITING", "position": 22, "aheadCount": 21, "etaSeconds": 5}
+    assert body == {"status": "WAITING", "position": 22, "aheadCount": 21, "etaSeconds": 5, "paused": False}
 
 
 def test_admitted_user_gets_one_token_until_it_expires(make_room):
@@ -164,6 +164,7 @@ def test_token_key_expires_with_the_token(make_room, client):
 
 
 def test_status_without_place_or_token_is_not_in_queue(room, signer):
+    room.enter(DROP, 1)
     ticket = signer.issue_ticket(DROP, 5, seq=1, entered_at_ms=1).text
     with pytest.raises(NotInQueue):
         room.status(DROP, 5, ticket)

@@ -42,10 +42,12 @@ def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
     assert answer.status_code == 200
     got = api.http.get(CONFIG).json_body
     assert got["config"] == {"batch": 7, "tickMs": 500, "opensAt": "2030-01-01T09:00:00.000Z"}
-    assert got["effective"] == {"batch": 7, "tickMs": 500, "maxWaiting": 100_000, "opensAt": "2030-01-01T09:00:00.000Z"}
+    assert got["effective"] == {"batch": 7, "tickMs": 500, "maxWaiting": 100_000, "opensAt": "2030-01-01T09:00:00.000Z",
+                                "paused": False, "soldOut": False}
     # PUT replaces: fields left out fall back to the global defaults.
     put(api, {"maxActive": 3})
-    assert api.http.get(CONFIG).json_body["effective"] == {"batch": 100, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 3}
+    assert api.http.get(CONFIG).json_body["effective"] == {
+        "batch": 100, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 3, "paused": False, "soldOut": False}
 
 
 BAD_BODIES = [
@@ -134,7 +136,8 @@ def test_stats_report_the_configuration_beside_the_live_figures(room):
     room.configure(DROP, TargetConfig(batch=3, max_active=9))
     room.enter(DROP, 1)
     stats = room.stats(DROP)
-    assert stats["config"] == {"batch": 3, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 9}
+    assert stats["config"] == {"batch": 3, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 9,
+                               "paused": False, "soldOut": False}
     assert stats["waitingCount"] == 1 and stats["activeCount"] == 0 and stats["preQueuedCount"] == 0
 
 

@@ -74,7 +74,8 @@ def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
     """`users` in line, as enter.lua leaves them; the first through the real enter, which registers the target."""
     now = int(time.time() * 1000)
     grant = EntryGrant(now // 1000 + 300, "x" * 22)
-    defaults = Defaults(settings.max_waiting, settings.batch_size, settings.tick_ms, settings.queue_idle_ttl_s * 1000)
+    defaults = Defaults(settings.max_waiting, settings.batch_size, settings.tick_ms, settings.queue_idle_ttl_s * 1000,
+                        open_on_first_use=True)
     store.enter(target, 1, now, grant, defaults)
     k = store.keys(target)
     for start in range(2, users + 1, 10_000):

@@ -20,6 +20,7 @@ SECRET = "bench-secret-0123456789abcdefghijklmnopqrstuv"
 BASE_ENV = {
     "VQ_TOKEN_KEYS": json.dumps({"k1": SECRET}),
     "VQ_TOKEN_ACTIVE_KID": "k1",
+    "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",  # the benchmarks' targets open on their first enter
     "POWERTOOLS_SERVICE_NAME": "virtual-queue",
     "POWERTOOLS_TRACE_DISABLED": "1",
     "AWS_DEFAULT_REGION": "us-east-1",

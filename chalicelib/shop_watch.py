@@ -1,0 +1,46 @@
+"""The purchase gate's eye on the shop: each forwarded purchase is noted in queue state (one round trip after
+the shop answered) for the pump to follow the shop's health (shop_health.py), and the shop's
+`X-Queue-Sold-Out: true` marks the target sold out."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from chalicelib.errors import OriginUnavailable
+from chalicelib.observability import count, logger
+from chalicelib.origin import OriginAnswer
+from chalicelib.shop_health import Purchase
+from chalicelib.store import QueueStore, StoreUnavailable
+from chalicelib.targets import Target
+
+
+class ShopWatch:
+    """Times each call to the shop and notes how it went."""
+
+    def __init__(self, store: QueueStore, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+
+    def forward(self, target: Target, call: Callable[[], OriginAnswer]) -> OriginAnswer:
+        """Run `call` (the POST to the shop), note how it went, and answer (or raise) what the shop did."""
+        sent = self.clock()
+        try:
+            answer = call()
+        except OriginUnavailable:
+            self._note(target, sent, ok=False, accepted=False, sold_out=False)
+            raise
+        self._note(target, sent, ok=answer.status < 500, accepted=200 <= answer.status < 300, sold_out=answer.sold_out)
+        return answer
+
+    def _note(self, target: Target, sent: float, ok: bool, accepted: bool, sold_out: bool) -> None:
+        purchase = Purchase(int(sent * 1000), max(0, round((self.clock() - sent) * 1000)), ok)
+        try:
+            noted = self.store.observe_purchase(target, purchase, accepted, sold_out)
+        except StoreUnavailable as err:
+            # The purchase stands; the pump misses one sample (and a sold-out word: the shop's next answer repeats it).
+            logger.warning("purchase not noted", extra={"target": str(target), "reason": str(err)})
+            return
+        if noted == 2:
+            count("SoldOutByShop", target)
+            logger.info("the shop says the target is sold out", extra={"target": str(target)})
