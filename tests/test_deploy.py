@@ -193,6 +193,8 @@ def test_functions_find_redis_and_secrets_but_never_hold_one(resources):
     assert env_of(resources, "APIHandler")["VQ_FAIL_MODE"] == {"Ref": "FailMode"}
     assert env_of(resources, "APIHandler")["VQ_ORIGIN_LIMITED_DROP_URL"] == {"Ref": "OriginLimitedDropUrl"}
     assert env_of(resources, "APIHandler")["VQ_ORIGIN_TICKETING_URL"] == {"Ref": "OriginTicketingUrl"}
+    # Deployed, a target exists only once an operator opened it.
+    assert env_of(resources, "APIHandler")["VQ_TARGETS_OPEN_ON_FIRST_USE"] == "false"
 
 
 @pytest.mark.slow
@@ -317,7 +319,8 @@ def test_dashboard_is_valid_json_showing_what_operators_watch(resources):
         assert topic in titles
     shown = set(re.findall(r'"VirtualQueue", "(\w+)"', body)) | set(re.findall(r'MetricName=\\"(\w+)\\"', body))
     assert shown <= emitted_names()
-    assert {"TokensIssued", "TokensConsumed", "TokensRestored", "WaitSeconds", "QueueLength"} <= shown
+    assert {"TokensIssued", "TokensConsumed", "TokensRestored", "WaitSeconds", "QueueLength", "ConfiguredRatePerSec",
+            "EffectiveRatePerSec"} <= shown
 
 
 def test_a_targeted_count_is_filed_per_target_and_for_the_service(capsys):

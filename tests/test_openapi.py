@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import schemathesis
 import yaml
+from openapi_spec_validator import validate
 from chalice.config import Config
 from chalice.local import LocalDevServer
 from hypothesis import HealthCheck, settings
@@ -30,6 +31,7 @@ from chalicelib import errors, runtime
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import TARGET_TYPES, Target
+from tests.openapi_lint import lint
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "infra" / "openapi.yaml"
@@ -96,6 +98,42 @@ def test_every_error_code_the_app_can_answer_is_in_the_spec():
 
 def test_the_spec_names_the_target_types_the_app_knows():
     assert spec()["components"]["parameters"]["QueueType"]["schema"]["enum"] == list(TARGET_TYPES)
+
+
+# --- the spec serves client generators ---
+
+def test_the_spec_is_valid_openapi():
+    validate(spec())  # openapi-spec-validator: the OpenAPI 3.0 schema and its own semantic checks
+
+
+def test_the_spec_passes_the_lint_rules_generators_rely_on():
+    assert lint(spec()) == []
+
+
+def test_the_server_is_the_deployed_stage():
+    stages = json.loads((ROOT / ".chalice" / "config.json").read_text())["stages"]
+    assert {stage["api_gateway_stage"] for stage in stages.values()} == {"api"}
+    assert [server["url"] for server in spec()["servers"]] == ["/api"]
+
+
+def test_the_purchase_routes_declare_the_entry_token_as_their_security_scheme():
+    document = spec()
+    scheme = document["components"]["securitySchemes"]["entryToken"]
+    assert (scheme["type"], scheme["in"], scheme["name"]) == ("apiKey", "header", "X-Entry-Token")
+    for path in ("/limited-drops/{drop_id}/orders", "/events/{event_id}/seats/select"):
+        assert document["paths"][path]["post"]["security"] == [{"entryToken": []}]
+
+
+def test_the_linter_finds_what_it_looks_for():
+    document = spec()
+    del document["servers"]
+    del document["paths"]["/limited-drops/{drop_id}/orders"]["post"]["responses"]["201"]  # both routes': one anchor
+    del document["paths"]["/virtual-queues/{queue_type}/{target_id}/stats"]["get"]["security"]
+    document["paths"]["/events/{event_id}/seats/select"]["post"]["security"] = [{"bearer": []}]
+    document["components"]["schemas"]["Orphan"] = {"type": "string"}
+    rules = sorted(problem.split(":")[0] for problem in lint(document))
+    assert rules == ["no-empty-servers", "no-unused-components", "operation-2xx-response", "operation-2xx-response",
+                     "security-defined", "security-defined"]
 
 
 # --- Schemathesis against the running app ---
