@@ -86,6 +86,7 @@ def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, 
         "PATH": os.environ["PATH"], "REDIS_URL": redis_url, "VQ_KEY_PREFIX": prefix,
         "VQ_REDIS_CLUSTER": "true" if cluster_mode else "false",
         "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"], "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
+        "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",  # the target opens on its first enter, as locally
         "POWERTOOLS_TRACE_DISABLED": "1", "PYTHONNOUSERSITE": "1",
     }
     # -I -S: no site-packages, so nothing from this checkout or the virtualenv's site-packages can stand in for the package.
