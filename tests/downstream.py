@@ -11,8 +11,9 @@ class Origin:
 
     `answers` holds what to answer next, in order, then 201 with a new order: `(status, body)`, or
     `(status, body, {"commit": True})` to take the order (kept under the key) but answer `status` all the same (a
-    shop failing after its commit), or `(status, body, {"not_taken": True})` to answer `X-Queue-Not-Taken: true`.
-    A non-2xx answer without "commit" keeps nothing under the key. `delay_s` delays every answer, after the commit.
+    shop failing after its commit), or `(status, body, {"not_taken": True})` to answer `X-Queue-Not-Taken: true`;
+    `{"delay_s": s}` delays that one answer, after the commit. A non-2xx answer without "commit" keeps nothing
+    under the key. `delay_s` delays every answer, after the commit.
     """
 
     def __init__(self):
@@ -29,8 +30,8 @@ class Origin:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status, answer, headers = origin.handle(self.path, dict(self.headers), body)
-                origin.released.wait(origin.delay_s)
+                status, answer, headers, delay_s = origin.handle(self.path, dict(self.headers), body)
+                origin.released.wait(origin.delay_s + delay_s)
                 payload = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -38,7 +39,10 @@ class Origin:
                 for name, value in {**headers, **origin.answer_headers}.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.wfile.write(payload)
+                except BrokenPipeError:
+                    pass  # the gate stopped waiting (its timeout): the order stands all the same
 
             def log_message(self, *args):
                 pass
@@ -53,7 +57,7 @@ class Origin:
             self.requests.append({"path": path, "headers": headers, "body": body})
             key = headers.get("Idempotency-Key")
             if key is not None and key in self.outcomes:
-                return (*self.outcomes[key], {})
+                return (*self.outcomes[key], {}, 0)
             status, answer, options = (self.answers.pop(0) + ({},))[:3] if self.answers else (201, None, {})
             if 200 <= status < 300 or options.get("commit"):
                 order = {"orderId": len(self.orders) + 1}
@@ -61,7 +65,8 @@ class Origin:
                 if key is not None:
                     self.outcomes[key] = (201, order) if options.get("commit") else (status, answer or order)
                 answer = order if answer is None else answer
-            return status, answer, {"X-Queue-Not-Taken": "true"} if options.get("not_taken") else {}
+            headers = {"X-Queue-Not-Taken": "true"} if options.get("not_taken") else {}
+            return status, answer, headers, options.get("delay_s", 0)
 
     def orders_per_key(self):
         """How many orders each Idempotency-Key made."""
