@@ -20,7 +20,7 @@
 | `VQ_PUMP_LEASE_TICKS` | 3 | the pump lock lapses after this many ticks without renewal (a frozen pump) |
 | `VQ_ORIGIN_LIMITED_DROP_URL` | unset | downstream of limited-drop orders: http(s) base URL, the route's path is appended; unset answers 503 |
 | `VQ_ORIGIN_TICKETING_URL` | unset | downstream of ticketing seat selection, likewise |
-| `VQ_ORIGIN_TIMEOUT_MS` | 5000 | how long a purchase waits for the downstream before giving the token back |
+| `VQ_ORIGIN_TIMEOUT_MS` | 5000 | how long a purchase waits for the downstream; then its outcome is unknown (504), and a retry goes again under the same Idempotency-Key |
 | `VQ_TOKEN_KEYS_SECRET_ID` | unset | Secrets Manager secret holding `{"activeKid": ..., "keys": {...}}` or `{"activeKid": ..., "<kid>": ...}`; replaces the two above when set |
 | `VQ_KEYS_MAX_AGE_S` | 300 | how long fetched signing keys are reused before being read again (rotation) |
 | `VQ_APPCONFIG_APPLICATION`, `VQ_APPCONFIG_ENVIRONMENT`, `VQ_APPCONFIG_PROFILE` | unset | where the feature flag lives; unset: the JSON file below |
