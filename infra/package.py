@@ -5,22 +5,29 @@
 The template pieces in infra/ (one per concern, PIECES) are deep-merged into OUT_DIR/merge-template.json,
 with the flag's default (infra/flags.json) as the AppConfig hosted version; `chalice package --merge-template`
 deep-merges that into the template it generates and writes OUT_DIR/sam.json and OUT_DIR/deployment.zip.
+The zip then gets the bytecode of every module in it: Lambda imports from a read-only directory, where
+Python cannot write what it compiles, and would compile the whole package again on every cold start.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import copy
 import json
 import os
+import py_compile
 import subprocess
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 import yaml
 
 INFRA = Path(__file__).resolve().parent
-PIECES = ("settings", "network", "cache", "secrets", "appconfig", "authorizer", "pump", "observability")
+PIECES = ("settings", "capacity", "network", "cache", "secrets", "appconfig", "authorizer", "pump", "observability")
+RUNTIME = "python3.11"  # the functions' runtime (Chalice takes it from this interpreter): the bytecode's too
 
 
 def deep_merge(into: dict, piece: dict, path: str = "") -> dict:
@@ -62,7 +69,56 @@ def package(out: Path, stage: str = "prod") -> Path:
         [str(chalice), "package", "--stage", stage, "--merge-template", str(merge_file), str(out)],
         cwd=INFRA.parent, env=env, check=True,
     )
-    return out / "sam.json"
+    template = out / "sam.json"
+    template.write_text(json.dumps(call_api_alias(json.loads(template.read_text())), indent=2) + "\n")
+    add_bytecode(out / "deployment.zip")
+    return template
+
+
+def call_api_alias(template: dict) -> dict:
+    """Point every API integration at the API function's alias `live` (infra/capacity.yaml), where provisioned
+    concurrency lives, instead of its unqualified ARN. Chalice writes each route's URI itself, so it is
+    rewritten here rather than repeated route by route in a template piece. (SAM resolves `Ref` to the alias,
+    not `${APIHandler.Alias}` inside a `Fn::Sub`.)"""
+    alias_uri = {"Fn::Join": ["", [
+        "arn:", {"Ref": "AWS::Partition"}, ":apigateway:", {"Ref": "AWS::Region"},
+        ":lambda:path/2015-03-31/functions/", {"Ref": "APIHandler.Alias"}, "/invocations",
+    ]]}
+    for operations in template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]["paths"].values():
+        for operation in operations.values():
+            integration = operation.get("x-amazon-apigateway-integration", {})
+            if "${APIHandler.Arn}" in json.dumps(integration.get("uri")):
+                integration["uri"] = copy.deepcopy(alias_uri)
+    return template
+
+
+def add_bytecode(zip_path: Path) -> int:
+    """Rewrite the zip with `__pycache__/*.pyc` beside every `.py`; the number of modules compiled.
+
+    Unchecked-hash bytecode (PEP 552): Python loads it without comparing the source's time, which the zip
+    keeps only to two seconds. The package never changes once built, so nothing can go stale. Bytecode that
+    Chalice copied from a working tree (timestamp-checked, maybe stale) is left out.
+    """
+    if f"python{sys.version_info.major}.{sys.version_info.minor}" != RUNTIME:
+        raise SystemExit(f"bytecode for {RUNTIME} needs that Python; this is {sys.version.split()[0]}")
+    rebuilt = zip_path.with_suffix(".tmp")
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(zip_path) as source, \
+            zipfile.ZipFile(rebuilt, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            if not info.filename.endswith(".pyc"):
+                target.writestr(info, source.read(info))
+        sources = [name for name in source.namelist() if name.endswith(".py")]
+        source.extractall(tmp, members=sources)
+        compileall.compile_dir(tmp, quiet=2, workers=0,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        compiled = sorted(Path(tmp).rglob("*.pyc"))
+        for pyc in compiled:
+            info = zipfile.ZipInfo(pyc.relative_to(tmp).as_posix(), date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            target.writestr(info, pyc.read_bytes())
+    rebuilt.replace(zip_path)
+    return len(compiled)
 
 
 if __name__ == "__main__":

@@ -251,8 +251,7 @@ def test_flag_is_hosted_in_appconfig_deployed_at_once_and_read_by_api_and_author
 
 
 @pytest.mark.slow
-def test_pump_runs_alone_every_minute_and_is_never_retried(resources):
-    assert resources["AdmissionPump"]["Properties"]["ReservedConcurrentExecutions"] == 1
+def test_pump_runs_every_minute_and_is_never_retried(resources):
     invoke = resources["AdmissionPumpInvokeConfig"]["Properties"]
     assert invoke["FunctionName"] == {"Ref": "AdmissionPump"}
     assert invoke["MaximumRetryAttempts"] == 0 and invoke["MaximumEventAgeInSeconds"] <= 60
@@ -260,6 +259,43 @@ def test_pump_runs_alone_every_minute_and_is_never_retried(resources):
     assert rule["ScheduleExpression"] == "rate(1 minute)"
     assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": ["AdmissionPump", "Arn"]}
     assert of_type(resources, "AWS::Lambda::EventInvokeConfig").keys() == {"AdmissionPumpInvokeConfig"}
+
+
+# --- capacity ---
+
+
+@pytest.mark.slow
+def test_functions_memory_is_a_parameter_with_a_default_past_lambdas_128_mb(template, resources):
+    memory = template["Parameters"]["FunctionMemoryMb"]
+    assert memory["Default"] == 1024 and memory["MinValue"] == 128
+    for function in FUNCTIONS:
+        assert resources[function]["Properties"]["MemorySize"] == {"Ref": "FunctionMemoryMb"}
+
+
+@pytest.mark.slow
+def test_pump_reserved_concurrency_is_optional_and_off_by_default(template, resources):
+    # Accounts with a low concurrency quota refuse any reservation; the pump is correct without one.
+    assert template["Parameters"]["PumpReservedConcurrency"]["Default"] == 0
+    assert template["Conditions"]["PumpReserved"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "PumpReservedConcurrency"}, 0]}]}
+    assert resources["AdmissionPump"]["Properties"]["ReservedConcurrentExecutions"] == {
+        "Fn::If": ["PumpReserved", {"Ref": "PumpReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
+    assert "reserved_concurrency" not in json.dumps(json.loads((ROOT / ".chalice" / "config.json").read_text()))
+
+
+@pytest.mark.slow
+def test_api_gateway_calls_the_alias_that_optional_provisioned_concurrency_is_on(template, resources, openapi):
+    assert template["Parameters"]["ApiProvisionedConcurrency"]["Default"] == 0
+    api = resources["APIHandler"]["Properties"]
+    assert api["AutoPublishAlias"] == "live"
+    assert api["ProvisionedConcurrencyConfig"] == {"Fn::If": [
+        "ApiProvisioned", {"ProvisionedConcurrentExecutions": {"Ref": "ApiProvisionedConcurrency"}}, {"Ref": "AWS::NoValue"}]}
+    integrations = [op["x-amazon-apigateway-integration"] for ops in openapi["paths"].values() for op in ops.values()
+                    if isinstance(op, dict) and "x-amazon-apigateway-integration" in op]
+    assert len(integrations) >= 8
+    for integration in integrations:
+        assert {"Ref": "APIHandler.Alias"} in integration["uri"]["Fn::Join"][1], integration["uri"]
+        assert "APIHandler.Arn" not in json.dumps(integration)
+    assert resources["APIHandlerInvokePermission"]["Properties"]["FunctionName"] == {"Ref": "APIHandler.Alias"}
 
 
 # --- alarms and dashboard ---

@@ -2,6 +2,7 @@
 package serves requests through the Lambda entry point the template names (`app.app`)."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -93,3 +94,33 @@ def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, 
     result = subprocess.run([sys.executable, "-I", "-S", "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "WAITING WAITING 1"
+
+
+@pytest.mark.slow
+def test_package_holds_bytecode_that_a_read_only_import_uses(package, tmp_path):
+    names = zipfile.ZipFile(package).namelist()
+    sources = [name for name in names if name.endswith(".py")]
+    tag = sys.implementation.cache_tag  # the functions' runtime is this interpreter's (infra/package.py checks)
+    compiled = {name for name in names if name.endswith(".pyc")}
+    assert len(compiled) == len(set(compiled)) == len(sources) > 500
+    for source in sources:
+        folder, _, module = source.rpartition("/")
+        assert f"{folder + '/' if folder else ''}__pycache__/{module[:-3]}.{tag}.pyc" in compiled, source
+
+    # Unpacked read-only, as Lambda mounts it: the bytecode is used, nothing is compiled again.
+    zipfile.ZipFile(package).extractall(tmp_path)
+    for path in [tmp_path, *tmp_path.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    env = {"PATH": os.environ["PATH"], "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
+           "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"], "POWERTOOLS_TRACE_DISABLED": "1"}
+    try:
+        result = subprocess.run([sys.executable, "-I", "-S", "-v", "-c", "import sys; sys.path.insert(0, '.'); import app"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True)
+    finally:
+        for path in [tmp_path, *tmp_path.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)  # so that pytest can clean up
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = result.stderr
+    assert f"chalicelib/__pycache__/store.{tag}.pyc matches" in loaded
+    assert f"redis/__pycache__/client.{tag}.pyc matches" in loaded
+    assert not re.search(r"# code object from '[^']*\.py'", loaded)  # no module compiled from source
