@@ -1,12 +1,18 @@
-"""Load test of a deployed stage with Locust: the waiting room's user journey (enter, poll with jitter, buy).
+"""Load test of a deployed stage with Locust: the waiting room's user journey (enter, poll when told, buy).
 
     pip install locust      # not a project dependency: only this file uses it
     locust -f infra/locustfile.py --host https://<api-id>.execute-api.<region>.amazonaws.com/api \\
         --users 5000 --spawn-rate 1000
 
-Each virtual user joins the line, polls every 2-3 s (at random within that, as the page does) until
-admitted, buys once and stops. QUEUE_FULL and NOT_IN_QUEUE are answers the journey expects: it enters
-again on its next step. A shop's 409 (sold out, already ordered) counts as an answer, not a failure.
+Each virtual user joins the line, polls when the server says (`pollAfterMs`, and at no other time: the same
+pacing as the waiting-room page), buys once when admitted, and then starts over as a new shopper, so the
+load stays steady for the whole run. A 429/503 is retried after its Retry-After; NOT_IN_QUEUE enters again.
+
+Outcomes are rows of their own in Locust's table (type `outcome`): `bought`, `sold out`, `already ordered`,
+`purchase refused`, `evicted`. A shop's 409 is then neither a failure nor hidden among the successes, and the
+failure column counts only what went wrong: 5xx, timeouts, and answers the contract does not allow. (The
+Aggregated row adds the outcome rows to the requests: read the request rows for rates.) Against `make run`,
+`-u 300 -r 100` answered enter at p50 15 ms, p95 390 ms on this 2-core machine.
 
 Settings (environment): VQ_LOAD_TARGET, the line to load (default `limited-drop:1`); VQ_LOAD_FIRST_USER,
 the first user id (default random, so that runs never share users). `X-User-Id` is sent by the client
@@ -18,25 +24,24 @@ import itertools
 import os
 import random
 
-from locust import HttpUser, between, task
-from locust.exception import StopUser
+from locust import HttpUser, task
 
 TARGET_TYPE, TARGET_ID = os.environ.get("VQ_LOAD_TARGET", "limited-drop:1").split(":")
 ENTRIES = f"/virtual-queues/{TARGET_TYPE}/{TARGET_ID}/entries"
 PURCHASE = {"limited-drop": f"/limited-drops/{TARGET_ID}/orders",
             "ticketing-event": f"/events/{TARGET_ID}/seats/select"}[TARGET_TYPE]
 _user_ids = itertools.count(int(os.environ.get("VQ_LOAD_FIRST_USER") or random.randrange(1, 10**12)))
+SHOP_REFUSALS = {"SOLD_OUT": "sold out", "ALREADY_ORDERED": "already ordered"}
 
 
 class Shopper(HttpUser):
-    """One shopper: a step every 2-3 s, entering, polling or buying, until the purchase is answered."""
+    """One shopper after another: enter, poll after each answer's pollAfterMs, buy, start over."""
 
-    wait_time = between(2, 3)
+    def wait_time(self) -> float:
+        return self.wait_s
 
     def on_start(self) -> None:
-        self.user_id = str(next(_user_ids))
-        self.ticket: str | None = None
-        self.token: str | None = None
+        self._new_shopper()
 
     @task
     def step(self) -> None:
@@ -48,31 +53,67 @@ class Shopper(HttpUser):
             self.poll()
 
     def enter(self) -> None:
-        headers = {"X-User-Id": self.user_id}
-        with self.client.post(ENTRIES, headers=headers, name="enter", catch_response=True) as answer:
+        with self.client.post(ENTRIES, headers={"X-User-Id": self.user_id}, name="enter",
+                              catch_response=True) as answer:
             if answer.status_code == 200:
                 self.ticket = answer.json().get("queueTicket", self.ticket)
-                self._note(answer.json())
-            elif answer.status_code == 429:
-                answer.success()  # QUEUE_FULL: try again on the next step (Retry-After is about that long)
+                self._follow(answer.json())
+            else:
+                self._retry_later(answer)
 
     def poll(self) -> None:
         headers = {"X-User-Id": self.user_id, "X-Queue-Ticket": self.ticket}
         with self.client.get(ENTRIES + "/me", headers=headers, name="status", catch_response=True) as answer:
             if answer.status_code == 200:
-                self._note(answer.json())
+                self._follow(answer.json())
             elif answer.status_code == 404:
-                answer.success()  # NOT_IN_QUEUE (evicted, or the place expired): enter again
-                self.ticket = None
+                answer.success()  # NOT_IN_QUEUE: evicted, or the place expired: enter again
+                self._outcome("evicted")
+                self.ticket, self.wait_s = None, 0
+            else:
+                self._retry_later(answer)
 
     def buy(self) -> None:
         headers = {"X-User-Id": self.user_id, "X-Entry-Token": self.token, "Content-Type": "application/json"}
         with self.client.post(PURCHASE, headers=headers, data='{"quantity": 1}', name="purchase",
                               catch_response=True) as answer:
-            if answer.status_code == 409:
-                answer.success()  # the shop's own refusal (sold out, already ordered) is a normal outcome
-        raise StopUser()
+            if answer.status_code in (200, 201):
+                self._outcome("bought")
+            elif answer.status_code == 409:
+                answer.success()  # the shop's own answer: reported as its outcome below, not as a failure
+                self._outcome(SHOP_REFUSALS.get(_code(answer), "purchase refused"))
+            else:
+                self._outcome("purchase refused")
+        self._new_shopper()
 
-    def _note(self, entry: dict) -> None:
+    def _follow(self, entry: dict) -> None:
+        """Take the answer's advice: a token to buy with now, or when to poll next."""
         if entry.get("status") in ("ADMITTED", "DIRECT_ADMITTED"):
-            self.token = entry["entryToken"]
+            self.token, self.wait_s = entry["entryToken"], 0
+        else:
+            self.wait_s = entry["pollAfterMs"] / 1000
+
+    def _retry_later(self, answer) -> None:
+        if answer.status_code in (429, 503) and answer.headers.get("Retry-After"):
+            answer.success()  # QUEUE_FULL / QUEUE_UNAVAILABLE: the contract's way to say "later"
+            self.wait_s = float(answer.headers["Retry-After"])
+        else:
+            answer.failure(f"{answer.status_code} {_code(answer)}")
+            self.wait_s = 1
+
+    def _outcome(self, what: str) -> None:
+        self.environment.events.request.fire(request_type="outcome", name=what, response_time=0,
+                                             response_length=0, exception=None, context={})
+
+    def _new_shopper(self) -> None:
+        self.user_id = str(next(_user_ids))
+        self.ticket: str | None = None
+        self.token: str | None = None
+        self.wait_s = 0.0
+
+
+def _code(answer) -> str | None:
+    try:
+        return answer.json().get("code")
+    except ValueError:
+        return None
