@@ -219,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        # A second signal (Ctrl-C pressed twice; `timeout` signals the child and then its whole group) must
+        # not cut the stopping short and leave the API running.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         stack.stop()
         print("stopped.", flush=True)
 

@@ -113,10 +113,13 @@ def ignore_sigint():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT from a script"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT from a script", "SIGTERM twice"])
 def test_local_stack_stops_cleanly_on_sigterm_and_on_sigint_however_started(how):
     stack, port, redis_port = start_stack(preexec_fn=ignore_sigint if how == "SIGINT from a script" else None)
-    stack.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+    stack.send_signal(signal.SIGTERM if how.startswith("SIGTERM") else signal.SIGINT)
+    if how == "SIGTERM twice":  # as `timeout` does: the child, then its whole process group
+        time.sleep(0.05)
+        stack.send_signal(signal.SIGTERM)
     output, _ = stack.communicate(timeout=30)
     assert stack.returncode == 0 and "stopped." in output, output
     assert not port_open(port) and not port_open(redis_port)
