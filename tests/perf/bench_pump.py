@@ -223,7 +223,9 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
     store._send = lambda calls: tick_calls.extend(calls) or send(calls)
     store.admit_and_evict_all([TARGET], rules)
     del store._send
-    (evict_script, evict_keys, evict_args), (admit_script, admit_keys, admit_args) = tick_calls
+    sent = {script: (keys, args) for script, keys, args in tick_calls}
+    (evict_script, (evict_keys, evict_args)), (admit_script, (admit_keys, admit_args)) = (
+        (script, sent[script]) for script in (store._evict, store._admit))
 
     def measure(prepare, call, n):
         total_calls = total_usec = 0
