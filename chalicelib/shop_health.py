@@ -24,15 +24,16 @@ PURCHASES_TTL_MS = 600_000
 
 @dataclass(frozen=True)
 class FollowRules:
-    """How the pump follows a shop's health (the ARGV of adjust_rate.lua after the defaults)."""
+    """How the pump follows a shop's health (the ARGV of adjust_rate.lua after the defaults and TTL, in order)."""
 
     window_ms: int = 5000  # purchases sent this recently are judged
     fewest: int = 5  # fewer purchases than this say nothing either way
-    increase_per_s: float = 0.02  # share of the configured rate added back per healthy second
+    increase_per_s: float = 0.04  # share of the configured rate added back per healthy second
     hold_ms: int = 2000  # least time between two decreases, so a cut shows in the shop before the next
     deepest: float = 0.5  # a cut never takes more than half the rate at once...
     gentlest: float = 0.9  # ...nor less than a tenth
     floor: float = 0.05  # the lowest share of the configured rate
+    throughput_kept: float = 0.9  # a cut keeps at least this share of what the shop completed (its throughput)
 
     def to_redis(self) -> tuple:
         return astuple(self)

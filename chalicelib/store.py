@@ -522,7 +522,7 @@ class QueueStore:
             # Before admitting: this tick admits at the rate the shop's health allows (a no-op without originSlo).
             calls.append((
                 self._adjust_rate, [k.config, k.health, k.purchases],
-                [rules.tick_ms, rules.batch, *rules.following.to_redis(), rules.idle_ttl_ms],
+                [rules.tick_ms, rules.batch, rules.idle_ttl_ms, *rules.following.to_redis()],
             ))
             calls.append((
                 self._admit,

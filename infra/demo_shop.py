@@ -9,6 +9,12 @@ request's arrival time and user (what the simulator measures the shop's load and
 Like a real shop API it honours `Idempotency-Key` (the gate sends the entry token's id): the first outcome
 under a key (an order, or a refusal for stock) is kept and answered again to every request with that key,
 which never makes a second order; a key sent again for another item or user answers 422. A 400 keeps nothing.
+
+When an item's stock runs out, the answer that sells the last unit, and every refusal for stock after it, carry
+`X-Queue-Sold-Out: true` (`says_sold_out`): the waiting room then closes that line. With `capacity_per_s` the
+shop works like a real one with `workers` order handlers: each order takes `workers / capacity_per_s` seconds
+of a handler, and orders beyond that wait for one, so above its capacity its latency climbs without bound (the
+simulator's shop that degrades past a capacity the queue is not told).
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ import json
 import re
 import threading
 import time
+from contextlib import nullcontext
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from chalicelib.origin import SOLD_OUT_HEADER
 
 # The purchase paths of chalicelib/gate.py's PURCHASE_PATHS, as a real downstream would serve them.
 ITEM_PATH = re.compile(r"/(?:limited-drops/[1-9][0-9]{0,17}/orders|events/[1-9][0-9]{0,17}/seats/select)")
@@ -27,8 +36,15 @@ USER_ID = re.compile(r"[1-9][0-9]{0,17}")
 class DemoShop:
     """The shop's state and its HTTP server on 127.0.0.1 (`port` 0: any free port)."""
 
-    def __init__(self, stock: int, port: int = 0) -> None:
+    def __init__(
+        self, stock: int, port: int = 0, says_sold_out: bool = True, capacity_per_s: float | None = None,
+        workers: int = 4,
+    ) -> None:
         self.stock = stock
+        self.says_sold_out = says_sold_out
+        self.capacity_per_s = capacity_per_s
+        self._handlers = threading.BoundedSemaphore(workers) if capacity_per_s else None
+        self._service_s = workers / capacity_per_s if capacity_per_s else 0.0
         self._lock = threading.Lock()
         self._orders: list[dict] = []
         self._buyers: set[tuple[str, int]] = set()
@@ -52,9 +68,21 @@ class DemoShop:
 
     def order(self, item: str, user_id: int, key: str | None = None) -> tuple[int, dict]:
         """Take one unit of `item` for `user_id`: (201, the order) or (409, why not); under an idempotency `key`,
-        the first outcome again (or 422 if the key was used for another item or user)."""
+        the first outcome again (or 422 if the key was used for another item or user). With a capacity, first
+        wait for a free handler and take its time."""
+        arrived = time.time()
+        with self._handlers or nullcontext():
+            time.sleep(self._service_s)
+            return self._order(item, user_id, key, arrived)
+
+    def sold_out(self, item: str) -> bool:
+        """Whether `item` has no stock left (what the shop tells the waiting room, if it `says_sold_out`)."""
         with self._lock:
-            self._requests.append({"at": time.time(), "userId": user_id})
+            return self._sold.get(item, 0) >= self.stock
+
+    def _order(self, item: str, user_id: int, key: str | None, arrived: float) -> tuple[int, dict]:
+        with self._lock:
+            self._requests.append({"at": arrived, "userId": user_id, "done": time.time()})
             if key is not None and key in self._outcomes:
                 first_item, first_user, status, body = self._outcomes[key]
                 if (first_item, first_user) != (item, user_id):
@@ -107,7 +135,9 @@ def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
             elif not USER_ID.fullmatch(user):
                 self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "X-User-Id must be a positive integer"})
             else:
-                self._answer(*shop.order(self.path, int(user), self.headers.get("Idempotency-Key")))
+                status, body = shop.order(self.path, int(user), self.headers.get("Idempotency-Key"))
+                sold_out = shop.says_sold_out and shop.sold_out(self.path)
+                self._answer(status, body, {SOLD_OUT_HEADER: "true"} if sold_out else {})
 
         def do_GET(self) -> None:
             if self.path.split("?")[0] == "/orders":
@@ -115,11 +145,13 @@ def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
             else:
                 self._answer(404, {"code": "NOT_FOUND", "detail": "try GET /orders"})
 
-        def _answer(self, status: int, body: dict) -> None:
+        def _answer(self, status: int, body: dict, headers: dict | None = None) -> None:
             payload = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(payload)
 

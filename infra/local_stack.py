@@ -54,7 +54,7 @@ class LocalStack:
     def __init__(
         self, env: Mapping[str, str] | None = None, api_port: int = 8000, shop_port: int = 0,
         stock: int = DEFAULT_STOCK, pump_class: type[Pump] | None = Pump, api_output: IO | None = None,
-        api_workers: int | None = None,
+        api_workers: int | None = None, shop_options: Mapping[str, object] | None = None,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.api_port = api_port
@@ -63,6 +63,7 @@ class LocalStack:
         self.pump_class = pump_class
         self.api_output = api_output
         self.api_workers = api_workers
+        self.shop_options = dict(shop_options or {})  # more of DemoShop's knobs (says_sold_out, capacity_per_s)
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.valkey = None
         self.shop: DemoShop | None = None
@@ -99,7 +100,7 @@ class LocalStack:
         if not env.get("VQ_TOKEN_KEYS"):
             env["VQ_TOKEN_KEYS"] = json.dumps({"dev": secrets.token_urlsafe(32)})
             env["VQ_TOKEN_ACTIVE_KID"] = "dev"
-        self.shop = DemoShop(self.stock, self.shop_port).start()
+        self.shop = DemoShop(self.stock, self.shop_port, **self.shop_options).start()
         env["VQ_ORIGIN_LIMITED_DROP_URL"] = env["VQ_ORIGIN_TICKETING_URL"] = self.shop.url
         try:
             self.settings = load_settings(env)

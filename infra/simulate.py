@@ -67,6 +67,13 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-waiting", type=int, help="capacity of the line (default: the stack's)")
     parser.add_argument("--threads", type=int, default=16, help="most requests of each kind in flight at once")
     parser.add_argument("--workers", type=int, help="the local API's processes (default: two per core)")
+    # The shop and the sale's controls (infra/sale_scenarios.py runs the comparisons with them).
+    parser.add_argument("--shop-capacity", type=float,
+                        help="orders/s the demo shop handles; above it its latency climbs (default: unbounded)")
+    parser.add_argument("--shop-silent", action="store_true",
+                        help="the shop never says X-Queue-Sold-Out: the sale as it went before sold out closed the line")
+    parser.add_argument("--origin-slo-p95-ms", type=int, help="the target's originSlo p95Ms: the rate follows the shop")
+    parser.add_argument("--origin-slo-error-rate", type=float, help="the target's originSlo errorRate")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--key-prefix", help="Redis key prefix (default: a fresh one per run)")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "simulation")
@@ -176,6 +183,9 @@ class User:
     eta_s: int | None = None
     admitted_at: float | None = None  # when they saw ADMITTED
     stopped_waiting_at: float | None = None  # admitted, gave up, or refused
+    poll_after_s: float | None = None  # the last poll interval the server gave
+    last_poll_at: float | None = None  # when the last poll was sent
+    finished_at: float | None = None  # when the journey ended (a purchase answered, sold out, gave up)
     full_retries: int = 0
     reentries: int = 0
     purchase_answers: list = field(default_factory=list)
@@ -201,7 +211,7 @@ async def journey(user: User, api: Api, started: float, signer: TokenSigner) -> 
     await asyncio.sleep(max(0.0, started + user.arrives_s - time.time()))
     entry = await enter(user, api, signer)
     while entry is not None and entry["status"] in ("WAITING", "PRE_QUEUE"):
-        delay = entry["pollAfterMs"] / 1000
+        delay = user.poll_after_s = entry["pollAfterMs"] / 1000
         if user.gives_up_s is not None and time.time() + delay >= user.entered_at + user.gives_up_s:
             await asyncio.sleep(max(0.0, user.entered_at + user.gives_up_s - time.time()))
             if user.leaves:
@@ -211,6 +221,7 @@ async def journey(user: User, api: Api, started: float, signer: TokenSigner) -> 
             return
         await asyncio.sleep(delay)
         answer = await api.call("status", "GET", ENTRIES + "/me", user_headers(user))
+        user.last_poll_at = answer.sent_at
         if answer.status == 200:
             entry = answer.body
         elif answer.code == "NOT_IN_QUEUE":  # evicted: a poll came too late
@@ -222,8 +233,10 @@ async def journey(user: User, api: Api, started: float, signer: TokenSigner) -> 
             user.outcome = f"status answered {answer.status} {answer.code}"
             user.stopped_waiting_at = time.time()
             return
-    user.stopped_waiting_at = time.time()
-    if entry is not None:
+    user.stopped_waiting_at = user.finished_at = time.time()
+    if entry is not None and entry["status"] == "SOLD_OUT":
+        user.outcome = "told sold out"
+    elif entry is not None:
         user.admitted_at = user.stopped_waiting_at
         await buy(user, entry["entryToken"], api)
 
@@ -254,6 +267,7 @@ async def buy(user: User, token: str, api: Api) -> None:
     answers = await asyncio.gather(*(
         api.call("purchase", "POST", PURCHASE, headers, b'{"quantity": 1}') for _ in range(clicks)))
     user.purchase_answers = [answer.code or answer.status for answer in answers]
+    user.finished_at = max(answer.received_at for answer in answers)
     outcomes = {201: "bought", "SOLD_OUT": "sold out", "ALREADY_ORDERED": "already ordered"}
     user.outcome = next((outcomes[a] for a in user.purchase_answers if a in outcomes), "purchase refused")
 
@@ -285,6 +299,26 @@ async def run_crowd(users: list[User], api: Api, pump: RecordingPump, signer: To
     return started
 
 
+def shop_options(options: argparse.Namespace) -> dict:
+    return {"says_sold_out": not options.shop_silent, "capacity_per_s": options.shop_capacity}
+
+
+def configure_target(api_url: str, options: argparse.Namespace) -> None:
+    """Give the line its originSlo, if asked (the stack's defaults are the batch and tick)."""
+    slo = {name: value for name, value in (("p95Ms", options.origin_slo_p95_ms),
+                                           ("errorRate", options.origin_slo_error_rate)) if value is not None}
+    if not slo:
+        return
+    host, port = api_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.request("PUT", ENTRIES.removesuffix("/entries") + "/config", body=json.dumps({"originSlo": slo}),
+                       headers={"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    answer.read()
+    if answer.status != 200:
+        raise SystemExit(f"configuring the target answered {answer.status}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -309,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(options.out / "api.log", "wb") as api_log, open(options.out / "pump.log", "w") as pump_log, \
             contextlib.redirect_stdout(pump_log), LocalStack(
                 env, api_port=free_port(), stock=options.stock, pump_class=RecordingPump, api_output=api_log,
-                api_workers=options.workers,
+                api_workers=options.workers, shop_options=shop_options(options),
             ) as stack:
+        configure_target(stack.api_url, options)
         api = Api(stack.api_url, options.threads)
         # The simulator reads the seq in each user's ticket, to know when the pump let them in.
         signer = TokenSigner(stack.settings.keyring)

@@ -1,0 +1,130 @@
+"""The sale controls measured: the same simulated sale run twice, side by side (infra/simulate.py does each run).
+
+    python infra/sale_scenarios.py sold-out     # the shop sells out: before (only the shop says so, to each
+                                                # user whose turn comes) and now (its X-Queue-Sold-Out closes the line)
+    python infra/sale_scenarios.py origin-slo   # a shop that degrades above 40 orders/s: a fixed 60/s, and the same
+                                                # ceiling with originSlo {"p95Ms": 500}
+
+Knobs after the scenario's name go to both runs (e.g. `--users 20000`); `--help` after the name lists them.
+Each run writes its report under build/scenarios/<scenario>/<run>/; the table is printed and written to
+build/scenarios/<scenario>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "build" / "scenarios"
+
+# Per scenario: its own defaults (before the caller's knobs), and the two runs' own arguments.
+SCENARIOS = {
+    "sold-out": {
+        "defaults": ["--users", "20000", "--stock", "3000"],
+        "runs": {"before: the shop alone says sold out": ["--shop-silent"],
+                 "now: the shop's header closes the line": []},
+    },
+    "origin-slo": {
+        # 60/s admitted against a shop that handles 40/s; workers and threads enough for purchases that wait
+        # seconds at the shop (each local API process serves one request at a time, as a Lambda container).
+        "defaults": ["--users", "4000", "--stock", "1000000", "--batch", "30", "--tick-ms", "500",
+                     "--shop-capacity", "40", "--workers", "24", "--threads", "64"],
+        "runs": {"fixed 60/s": [], "originSlo p95 500 ms, ceiling 60/s": ["--origin-slo-p95-ms", "500"]},
+    },
+}
+
+
+def run(scenario: str, extra: list[str]) -> dict:
+    """Both runs of `scenario`; their reports by run name."""
+    reports = {}
+    for name, arguments in SCENARIOS[scenario]["runs"].items():
+        out = OUT / scenario / name.split(":")[0].replace(" ", "-").replace("/", "")
+        command = [sys.executable, str(ROOT / "infra" / "simulate.py"), *SCENARIOS[scenario]["defaults"], *extra,
+                   *arguments, "--out", str(out)]
+        print(f"== {name}: {' '.join(command[2:])}", flush=True)
+        finished = subprocess.run(command, cwd=ROOT)
+        report = json.loads((out / "report.json").read_text())
+        report["exit_status"] = finished.returncode
+        reports[name] = report
+    return reports
+
+
+def table(scenario: str, reports: dict) -> list[tuple[str, list]]:
+    """The rows compared, per scenario."""
+    runs = list(reports.values())
+    if scenario == "sold-out":
+        def group(report, name):
+            return report["sold_out"][name]
+
+        queue, shop = "told by the queue (SOLD_OUT on a poll)", "told by the shop after their turn came"
+        return [
+            ("users, stock", [f"{r['users']['total']}, {r['parameters']['stock']}" for r in runs]),
+            ("last unit sold at (s)", [r["sold_out"]["last_unit_sold_s"] for r in runs]),
+            ("told sold out by the queue", [group(r, queue)["users"] for r in runs]),
+            ("  their wait p50 / p95 / max (s)", [_spread(group(r, queue)["waited_s"]) for r in runs]),
+            ("  told within one poll interval of the last sale", [r["sold_out"].get("told_within_one_poll_interval")
+                                                                  for r in runs]),
+            ("  told after the last sale p50 / p95 / max (s)", [_spread(r["sold_out"].get("told_after_last_sale_s"))
+                                                                for r in runs]),
+            ("told sold out by the shop after their turn", [group(r, shop)["users"] for r in runs]),
+            ("  their wait p50 / p95 / max (s)", [_spread(group(r, shop)["waited_s"]) for r in runs]),
+            ("user-minutes spent waiting for a sold-out answer",
+             [round(group(r, queue)["user_minutes"] + group(r, shop)["user_minutes"], 1) for r in runs]),
+            ("bought", [r["users"]["outcomes"].get("bought", 0) for r in runs]),
+            ("sale over (s)", [r["duration_s"] for r in runs]),
+            ("API requests", [r["api"]["requests"] for r in runs]),
+        ]
+    return [
+        ("shop capacity (orders/s)", [r["shop_load"]["capacity_per_s"] for r in runs]),
+        ("completed orders/s while users waited", [r["shop_load"]["completed_orders_per_s"] for r in runs]),
+        ("  share of the shop's capacity", [r["shop_load"]["share_of_capacity"] for r in runs]),
+        ("first cut of the rate at (s)", [r["shop_load"]["first_cut_s"] for r in runs]),
+        ("shop latency after the first cut (fixed: after warm-up) p50 / p95 / max (ms)",
+         [_spread(r["shop_load"]["latency_ms_after_first_cut"]) for r in runs]),
+        ("5-s windows within a p95 of 500 ms", [_windows(r["shop_load"]["window_p95_ms"]) for r in runs]),
+        ("worst 5-s window p95 (ms)", [r["shop_load"]["window_p95_ms"]["max"] for r in runs]),
+        ("shop latency over the whole sale p95 / max (ms)",
+         [_spread(r["shop_load"]["latency_ms_whole_sale"], "p95", "max") for r in runs]),
+        ("purchases answered by the gate: 2xx / 504 / other",
+         [_purchases(r["users"]["outcomes"], r["api_failures"]) for r in runs]),
+        ("sale over (s)", [r["duration_s"] for r in runs]),
+    ]
+
+
+def _spread(figures: dict | None, *names: str) -> str | None:
+    if not figures or not figures.get("n"):
+        return None
+    return " / ".join(str(figures.get(name)) for name in (names or ("p50", "p95", "max")))
+
+
+def _windows(windows: dict) -> str:
+    return f"{windows['within_objective'] if windows['within_objective'] is not None else '-'} of {windows['windows']}"
+
+
+def _purchases(outcomes: dict, failures: dict) -> str:
+    return f"{outcomes.get('bought', 0)} / {failures.get('504', 0)} / {sum(failures.values()) - failures.get('504', 0)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", choices=SCENARIOS)
+    options, extra = parser.parse_known_args(argv)
+    reports = run(options.scenario, extra)
+    rows = table(options.scenario, reports)
+    width = max(len(label) for label, _ in rows)
+    names = list(reports)
+    print(f"\n{options.scenario}: " + " | ".join(names))
+    for label, values in rows:
+        print(f"  {label:<{width}}  " + " | ".join(f"{value}" for value in values))
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{options.scenario}.json").write_text(json.dumps(
+        {"runs": names, "rows": [[label, values] for label, values in rows]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
