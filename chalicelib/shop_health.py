@@ -34,6 +34,7 @@ class FollowRules:
     gentlest: float = 0.9  # ...nor less than a tenth
     floor: float = 0.05  # the lowest share of the configured rate
     throughput_kept: float = 0.9  # a cut keeps at least this share of what the shop completed (its throughput)
+    headroom: float = 0.8  # the rate grows only while the shop is under this share of its objective
 
     def to_redis(self) -> tuple:
         return astuple(self)

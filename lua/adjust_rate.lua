@@ -1,6 +1,8 @@
 -- adjust_rate.lua: once per tick, set how many users per tick a target with an originSlo admits, from its shop's
 -- recent purchases: a multiplicative decrease while their p95 latency or error share is over the objective, an
--- additive increase back towards the configured batch while within. The configured batch stays the ceiling.
+-- additive increase back towards the configured batch while comfortably within (under a share, ARGV[12], of it),
+-- and no change in between, so the rate settles below the objective rather than around it. The configured batch
+-- stays the ceiling.
 -- After a decrease, only purchases sent after it are judged, and the next decrease waits a while (ARGV[7]): earlier
 -- purchases describe the earlier rate. A cut goes no deeper than a share (ARGV[11]) of what the shop completed meanwhile
 -- (its throughput, as one purchase per admitted user): while its backlog drains, an overloaded shop still looks
@@ -10,13 +12,15 @@
 --                   decreased_at (ms); admit.lua reads `batch` and keeps `carry` here
 -- KEYS[3] samples   list of 'sent at (ms):latency (ms):ok (1|0)', newest first (observe_purchase.lua)
 -- ARGV[1] default tick length (ms)   ARGV[2] default batch   ARGV[3] TTL of the health hash (ms)
--- ARGV[4..11] how to follow (chalicelib/shop_health.py's FollowRules): window of recent purchases (ms), fewest
+-- ARGV[4..12] how to follow (chalicelib/shop_health.py's FollowRules): window of recent purchases (ms), fewest
 -- purchases to judge by, increase per second as a share of the batch, least time between decreases (ms), deepest
 -- and gentlest decrease (factors), floor as a share of the batch, share of the shop's throughput a cut keeps
+-- ARGV[12] the share of the objective under which the rate may grow
 -- Returns {users per tick allowed (string), p95 latency (ms) or -1, error share (string) or '-1', purchases judged}
 -- (an empty reply without an originSlo, and {} when this tick was already adjusted).
 local window, fewest, increase, hold = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deepest, gentlest, floor, kept = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local headroom = tonumber(ARGV[12])
 local config = redis.call('HMGET', KEYS[1], 'batch', 'tick_ms', 'slo_p95_ms', 'slo_error_rate')
 if not config[3] and not config[4] then
   redis.call('DEL', KEYS[2])
@@ -73,7 +77,7 @@ if n >= fewest then
       allowed = math.min(before, math.max(batch * floor, allowed * factor, throughput * kept))
       decreased_at = now
     end
-  else
+  elseif (not slo_p95 or p95 <= slo_p95 * headroom) and (not slo_errors or error_share <= slo_errors * headroom) then
     allowed = math.min(batch, allowed + step)
   end
 elseif now - decreased_at >= window then

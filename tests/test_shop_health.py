@@ -52,7 +52,7 @@ def test_slow_purchases_cut_the_rate_by_how_far_over_the_objective_they_are(room
     note(room, client, latency_ms=400, n=10)
     result = tick(room, client)
     assert allowed(room, client) == 5  # 100/400 is past the deepest cut, a half
-    assert result.per_tick == 5 and result.admitted == 5
+    assert result.per_tick == 5  # what this tick (and any it made up for) admitted at
     stats = room.stats(DROP)
     assert (stats["configuredRatePerSec"], stats["effectiveRatePerSec"]) == (100, 50)
     assert stats["shop"] == {"purchases": 10, "p95Ms": 400, "errorRate": 0.0}
@@ -108,8 +108,11 @@ def test_a_fractional_rate_carries_over_so_ticks_admit_it_on_average(room, clien
     room.configure(DROP, TargetConfig(slo_p95_ms=100))
     # Just cut: no purchases to judge, so the rate holds for a window.
     client.hset(room.store.keys(DROP).health, mapping={"batch": 2.5, "decreased_at": server_ms(client)})
-    admitted = [tick(room, client).admitted for _ in range(4)]
-    assert sum(admitted) == 10 and set(admitted) <= {2, 3}
+    results = [tick(room, client) for _ in range(5)]
+    # Over the ticks after the first (a loaded machine may skip one: the next makes up for it), 2.5 a tick,
+    # give or take the fraction carried at either end.
+    covered = results[-1].applied_tick - results[0].applied_tick
+    assert abs(sum(r.admitted for r in results[1:]) - 2.5 * covered) < 1
 
 
 def test_without_an_origin_slo_the_configured_rate_applies(room, client):
