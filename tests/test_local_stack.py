@@ -73,9 +73,13 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
             time.sleep(0.2)
         assert polled["status"] == "ADMITTED" and polled["entryToken"]
 
-        # The purchase goes through to the demo shop, which has one unit: the next buyer finds it sold out.
+        # The purchase goes through to the demo shop, which has one unit: selling it, the shop says sold out
+        # (X-Queue-Sold-Out), and the line closes to the next user.
         assert buy(port, "1", polled["entryToken"]) == (201, 1)
-        assert buy(port, "2", admitted_token(port, entries, "2")) == (409, "SOLD_OUT")
+        refused = urllib.request.Request(entries, method="POST", headers={"X-User-Id": "2"})
+        with pytest.raises(urllib.error.HTTPError) as closed:
+            urllib.request.urlopen(refused, timeout=5)
+        assert closed.value.code == 409 and json.load(closed.value)["code"] == "SOLD_OUT"
         with urllib.request.urlopen(f"http://127.0.0.1:{shop_port}/orders", timeout=5) as answer:
             assert [order["userId"] for order in json.load(answer)["orders"]] == [1]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/waiting-room/limited-drop/1", timeout=5) as answer:
