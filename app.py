@@ -11,6 +11,7 @@ from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorize
 from chalicelib import gate, page, runtime
 from chalicelib.errors import QueueError
 from chalicelib.observability import add_request_keys, close_request_keys, count, logger, metrics, open_request_keys, tracer
+from chalicelib.flag_sync import sync as sync_flag
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.pump import Pump, ticks_requested
 from chalicelib.target_config import parse_config
@@ -188,6 +189,17 @@ def admission_pump(event, context):
     `{"ticks": N}` runs exactly N ticks. Answers the run's totals."""
     pump = Pump(runtime.store(), runtime.settings())
     return pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis).to_body()
+
+
+# --- the switch's fast route ---
+
+
+@app.lambda_function(name="flag_sync")
+@logger.inject_lambda_context(log_event=False)
+def flag_sync(event, context):
+    """AppConfig extension of the flag's profile (infra/appconfig.yaml): writes every deployed flag
+    configuration into the queue's store, where the next enter or status of each target finds it."""
+    return sync_flag(event, runtime.store, runtime.deployed_flag)
 
 
 # --- web pages: the waiting room, the operator console ---

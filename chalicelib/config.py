@@ -7,6 +7,7 @@
 | `VQ_REDIS_AUTH_SECRET_ID` | unset | Secrets Manager secret holding the Redis AUTH token, added to `REDIS_URL` as its password |
 | `VQ_KEY_PREFIX` | `vq` | prefix of every Redis key (tests use a unique one per run) |
 | `VQ_TOKEN_KEYS` | required | JSON object: key id -> signing secret (at least 32 characters) |
+| `VQ_SIGNS_TOKENS` | `true` | `false`: this function signs and reads no tokens (the pump, flag_sync) and loads no keys |
 | `VQ_TOKEN_ACTIVE_KID` | the only key id | key id that signs; the others still verify (rotation) |
 | `VQ_BATCH_SIZE` | 100 | users admitted per tick |
 | `VQ_TICK_MS` | 2000 | length of one admission tick |
@@ -25,7 +26,7 @@
 | `VQ_KEYS_MAX_AGE_S` | 300 | how long fetched signing keys are reused before being read again (rotation) |
 | `VQ_APPCONFIG_APPLICATION`, `VQ_APPCONFIG_ENVIRONMENT`, `VQ_APPCONFIG_PROFILE` | unset | where the feature flag lives; unset: the JSON file below |
 | `VQ_FLAGS_FILE` | `infra/flags.json` | local feature flag file (same schema as the AppConfig profile) |
-| `VQ_FLAG_MAX_AGE_S` | 3 | how long a fetched flag configuration is reused |
+| `VQ_FLAG_POLL_S` | 15 | the AppConfig session's minimum poll interval (15 to 86400, AppConfig's limits); the store route is faster |
 | `VQ_QUEUE_ENABLED_DEFAULT` | `true` | the flag's answer when its store cannot be read (`true`: keep queueing) |
 | `VQ_FAIL_MODE` | `open` | Redis unreachable: `open` lets users in directly (DIRECT_ADMITTED), `closed` answers 503 |
 | `VQ_BREAKER_FAILURES` | 3 | consecutive Redis failures that open the circuit breaker |
@@ -110,10 +111,10 @@ def load_keyring(env: Mapping[str, str] = os.environ) -> Keyring:
     secret_id = env.get("VQ_TOKEN_KEYS_SECRET_ID")
     if not secret_id:
         return Keyring.from_json(env.get("VQ_TOKEN_KEYS"), env.get("VQ_TOKEN_ACTIVE_KID") or None)
-    from aws_lambda_powertools.utilities import parameters  # boto3 is only paid for where the secret is used
+    from chalicelib import aws  # boto3 is only paid for where the secret is used
 
     try:
-        text = parameters.get_secret(secret_id, max_age=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300))
+        text = aws.secrets().get(secret_id, max_age=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300))
     except Exception as err:  # any failure to fetch: say which secret, never its value
         raise ConfigError(f"cannot read the signing keys from secret {secret_id!r}: {type(err).__name__}") from None
     return Keyring.from_secret(text)
@@ -124,10 +125,10 @@ def redis_url_with_auth(url: str, secret_id: str) -> str:
 
     The token stays out of the function's environment, where anyone allowed to read its configuration would see it.
     """
-    from aws_lambda_powertools.utilities import parameters
+    from chalicelib import aws
 
     try:
-        token = parameters.get_secret(secret_id)
+        token = aws.secrets().get(secret_id)
     except Exception as err:  # any failure to fetch: say which secret, never its value
         raise ConfigError(f"cannot read the Redis AUTH token from secret {secret_id!r}: {type(err).__name__}") from None
     parts = urlsplit(url)
@@ -141,7 +142,7 @@ class Settings:
 
     redis_url: str | None
     key_prefix: str
-    keyring: Keyring
+    keyring: Keyring | None  # None: this function signs nothing (VQ_SIGNS_TOKENS=false)
     redis_cluster: bool = False
     redis_auth_secret_id: str | None = None
     batch_size: int = 100
@@ -161,7 +162,7 @@ class Settings:
     keys_secret_id: str | None = None
     appconfig: tuple[str, str, str] | None = None  # application, environment, profile
     flags_file: Path = ROOT / "infra" / "flags.json"
-    flag_max_age_s: int = 3
+    flag_poll_s: int = 15
     queue_enabled_default: bool = True
     fail_open: bool = True
     breaker_failures: int = 3
@@ -184,6 +185,13 @@ def _positive_int(env: Mapping[str, str], name: str, default: int, minimum: int 
     if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {text!r}")
     return int(text)
+
+
+def _bounded_int(env: Mapping[str, str], name: str, default: int, lowest: int, highest: int) -> int:
+    value = _positive_int(env, name, default, minimum=lowest)
+    if value > highest:
+        raise ConfigError(f"{name} must be an integer from {lowest} to {highest}, got {value}")
+    return value
 
 
 def _origin_url(env: Mapping[str, str], name: str) -> str | None:
@@ -225,7 +233,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     return Settings(
         redis_url=env.get("REDIS_URL") or None,
         key_prefix=prefix,
-        keyring=load_keyring(env),
+        keyring=load_keyring(env) if _choice(env, "VQ_SIGNS_TOKENS", {"true": True, "false": False}, "true") else None,
         redis_cluster=_choice(env, "VQ_REDIS_CLUSTER", {"true": True, "false": False}, "false"),
         redis_auth_secret_id=env.get("VQ_REDIS_AUTH_SECRET_ID") or None,
         batch_size=_positive_int(env, "VQ_BATCH_SIZE", 100),
@@ -245,7 +253,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         keys_secret_id=env.get("VQ_TOKEN_KEYS_SECRET_ID") or None,
         appconfig=_appconfig(env),
         flags_file=Path(env.get("VQ_FLAGS_FILE") or Settings.flags_file),
-        flag_max_age_s=_positive_int(env, "VQ_FLAG_MAX_AGE_S", 3),
+        flag_poll_s=_bounded_int(env, "VQ_FLAG_POLL_S", 15, 15, 86_400),
         queue_enabled_default=_choice(env, "VQ_QUEUE_ENABLED_DEFAULT", {"true": True, "false": False}, "true"),
         fail_open=_choice(env, "VQ_FAIL_MODE", {"open": True, "closed": False}, "open"),
         breaker_failures=_positive_int(env, "VQ_BREAKER_FAILURES", 3),

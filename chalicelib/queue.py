@@ -15,11 +15,11 @@ from chalicelib.config import Settings
 from chalicelib.errors import (
     InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueSoldOut, QueueUnavailable, UnknownTarget,
 )
-from chalicelib.flags import QueueSwitch
+from chalicelib.flags import Decision, QueueSwitch
 from chalicelib.observability import count, logger
 from chalicelib.store import (
-    Admitted, Closed, Defaults, Full, OtherEntry, Place, PreQueued, QueueStore, SoldOut, StoreFull, StoreUnavailable,
-    Unknown, Waiting,
+    Admitted, Closed, Defaults, FlagChanged, Full, OtherEntry, Place, PreQueued, QueueStore, SoldOut, StoreFull,
+    StoreUnavailable, SwitchedOff, Unknown, Waiting,
 )
 from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
@@ -89,14 +89,17 @@ class WaitingRoom:
     def enter(self, target: Target, user_id: int) -> QueueEntry:
         """Join the line (idempotent); the first entry also answers the queue ticket."""
         now = self.clock()
-        if not self.switch.queue_enabled(target, user_id):
-            return self._direct(target, user_id, now)
+        grant = self._grant(now)
         try:
-            place = self.store.enter(target, user_id, int(now * 1000), self._grant(now), self.defaults)
+            place = self._switched(target, user_id, lambda decision: self.store.enter(
+                target, user_id, int(now * 1000), grant, self.defaults, decision,
+            ))
         except StoreFull as err:
             raise self._full(target, err) from None
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
+        if isinstance(place, SwitchedOff):
+            return self._direct(target, user_id, now)
         if isinstance(place, Full):
             count("EnterRejectedFull", target)
             raise QueueFull(retry_after_s=self.settings.retry_after_s)
@@ -115,16 +118,17 @@ class WaitingRoom:
         """Where the ticket holder stands; this poll is also their heartbeat."""
         ticket = self._check_ticket(target, user_id, ticket_text)
         now = self.clock()
-        if not self.switch.queue_enabled(target, user_id):
-            return self._direct(target, user_id, now)
+        grant = self._grant(now)
         try:
-            place = self.store.status(
-                target, user_id, int(now * 1000), self._grant(now), ticket, self.defaults,
-            )
+            place = self._switched(target, user_id, lambda decision: self.store.status(
+                target, user_id, int(now * 1000), grant, ticket, self.defaults, decision,
+            ))
         except StoreFull as err:
             raise self._full(target, err) from None
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
+        if isinstance(place, SwitchedOff):
+            return self._direct(target, user_id, now)
         if isinstance(place, OtherEntry):
             raise _other_entry()
         if isinstance(place, Admitted) and place.issued_now:
@@ -240,6 +244,29 @@ class WaitingRoom:
         if ticket is None or ticket.target != target or ticket.user_id != user_id:
             raise InvalidQueueTicket("X-Queue-Ticket is missing or was not issued to this user for this queue")
         return ticket
+
+    def _switched(self, target: Target, user_id: int, call: Callable[[Decision], Place]) -> Place:
+        """`call` (the one script call of enter or status) under the switch's decision for the user.
+
+        A target marked with another flag version (flag_sync) answers FlagChanged before changing anything:
+        the switch then adopts the stored configuration, once per container and flip, and the call is made
+        again, taking the target's version as current should it have moved once more meanwhile. With Redis
+        down, a user the queue is off for is let in all the same; else the outage rule applies (the caller).
+        """
+        decision = self.switch.decide(target, user_id)
+        try:
+            place = call(decision)
+            if isinstance(place, FlagChanged):
+                stored = self.store.flag()
+                if stored is not None:
+                    self.switch.adopt(*stored)
+                decision = replace(self.switch.decide(target, user_id), flag_version="*")
+                place = call(decision)
+        except StoreUnavailable:
+            if not decision.queued:
+                return SwitchedOff()
+            raise
+        return place
 
     def _grant(self, now: float) -> EntryGrant:
         # Drawn before the script runs so that admission stays one round trip; kept only if it admits. Only a

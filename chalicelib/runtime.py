@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import functools
 
-from aws_lambda_powertools.utilities.feature_flags import AppConfigStore, FeatureFlags
-
+from chalicelib import aws
 from chalicelib.config import ConfigError, Settings, load_keyring, load_settings, redis_url_with_auth
-from chalicelib.flags import JsonFileStore, QueueSwitch
+from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
 from chalicelib.store import Breaker, QueueStore, connect
@@ -22,6 +21,8 @@ def settings() -> Settings:
 @functools.cache
 def signer() -> TokenSigner:
     s = settings()
+    if s.keyring is None:
+        raise ConfigError("this function was started without signing keys (VQ_SIGNS_TOKENS=false)")
     # Keys from Secrets Manager are read again now and then, so a rotation reaches running containers.
     refresh = load_keyring if s.keys_secret_id else None
     return TokenSigner(s.keyring, refresh=refresh, max_age_s=s.keys_max_age_s)
@@ -32,10 +33,19 @@ def switch() -> QueueSwitch:
     s = settings()
     if s.appconfig is not None:
         application, environment, profile = s.appconfig
-        store = AppConfigStore(environment=environment, application=application, name=profile, max_age=s.flag_max_age_s)
+        source = AppConfigSession(application, environment, profile, poll_interval_s=s.flag_poll_s)
     else:
-        store = JsonFileStore(s.flags_file)
-    return QueueSwitch(FeatureFlags(store=store), default=s.queue_enabled_default)
+        source = JsonFileStore(s.flags_file)
+    return QueueSwitch(source, default=s.queue_enabled_default)
+
+
+def deployed_flag() -> dict:
+    """The flag configuration AppConfig serves now, read by a session of its own (flag_sync, on a rollback)."""
+    if settings().appconfig is None:
+        raise ConfigError("VQ_APPCONFIG_* is not set: there is no deployed flag to read")
+    session = AppConfigSession(*settings().appconfig, poll_interval_s=settings().flag_poll_s)
+    session.poll()
+    return session.get_configuration()
 
 
 @functools.cache
@@ -65,3 +75,4 @@ def reset() -> None:
     """Forget everything built, so the next use reads the environment again (tests, key rotation)."""
     for built in (settings, signer, switch, store, waiting_room, purchase_gate):
         built.cache_clear()
+    aws.reset()

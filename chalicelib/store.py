@@ -6,6 +6,7 @@ Each client-facing method is one script call: one round trip.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from redis.retry import Retry
 
 from chalicelib import shop_health, waits
 from chalicelib.errors import QueueError
+from chalicelib.flags import QUEUED, Decision
 from chalicelib.observability import logger
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target, parse_target
@@ -182,7 +184,20 @@ class Unknown:
     """No operator opened the target: nothing was written."""
 
 
-Place = Union[Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry, SoldOut, Unknown]
+class SwitchedOff:
+    """The queue is off for this user (the caller's decision, checked against the target's flag version)."""
+
+
+@dataclass(frozen=True)
+class FlagChanged:
+    """The target is marked with flag version `version`, not the one the caller decided by: nothing changed."""
+
+    version: str
+
+
+Place = Union[
+    Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry, SoldOut, Unknown, SwitchedOff, FlagChanged,
+]
 
 
 @dataclass(frozen=True)
@@ -291,6 +306,7 @@ class QueueStore:
         self.breaker = breaker or Breaker(fail_max=3, reset_timeout=5)
         self.targets_key = f"{prefix}:targets"
         self.pump_lock_key = f"{prefix}:pump-lock"
+        self.flag_key = f"{prefix}:flag"
         self._enter = load_script(client, "enter")
         self._status = load_script(client, "status")
         self._leave = load_script(client, "leave")
@@ -310,7 +326,10 @@ class QueueStore:
     def keys(self, target: Target) -> QueueKeys:
         return QueueKeys(self.prefix, target)
 
-    def enter(self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, defaults: Defaults) -> Place:
+    def enter(
+        self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, defaults: Defaults,
+        decision: Decision = QUEUED,
+    ) -> Place:
         """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
         `grant` becomes their entry token's only if this call admits them."""
         k = self.keys(target)
@@ -320,7 +339,7 @@ class QueueStore:
              k.draw, k.active],
             [user_id, now_ms, defaults.max_waiting, defaults.idle_ttl_ms, grant.text,
              grant.expires_at * 1000 - now_ms, grant.expires_at * 1000, REGISTRATION_REFRESH_MS,
-             defaults.batch, defaults.tick_ms, int(defaults.open_on_first_use)],
+             defaults.batch, defaults.tick_ms, int(defaults.open_on_first_use), *_switch_args(decision)],
         )
         if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
             self._register(target, defaults.idle_ttl_ms)
@@ -328,6 +347,7 @@ class QueueStore:
 
     def status(
         self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, ticket: QueueTicket, defaults: Defaults,
+        decision: Decision = QUEUED,
     ) -> Place:
         """Where the entry `ticket` names stands; refreshes its heartbeat, and admits it (with `grant`) if the mark
         has passed its seq.
@@ -341,7 +361,8 @@ class QueueStore:
             [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active,
              k.draw],
             [user_id, now_ms, grant.text, grant.expires_at * 1000 - now_ms, grant.expires_at * 1000,
-             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms, ticket.seq, defaults.idle_ttl_ms],
+             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms, ticket.seq, defaults.idle_ttl_ms,
+             *_switch_args(decision)],
         ))
 
     def leave(self, target: Target, user_id: int, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
@@ -437,6 +458,25 @@ class QueueStore:
             [*purchase.to_redis(), int(accepted), int(sold_out), shop_health.MAX_PURCHASES,
              shop_health.PURCHASES_TTL_MS],
         ))
+
+    def flag(self) -> tuple[str, dict] | None:
+        """The flag configuration flag_sync stored last, with its version (None: none stored)."""
+        stored = self._guarded(self.client.get, self.flag_key)
+        if stored is None:
+            return None
+        value = json.loads(stored)
+        return value["version"], value["configuration"]
+
+    def publish_flag(self, version: str, configuration: dict) -> int:
+        """Store a flag configuration, then mark every known target's settings with its version (flag_sync);
+        answers how many targets were marked. The enter and status scripts compare the mark with the
+        version their caller decided by: no request pays a round trip for it."""
+        self.client.set(self.flag_key, json.dumps({"version": version, "configuration": configuration}))
+        known = set(self.client.scan_iter(match=f"{self.prefix}:{{*}}:config", count=1000))
+        known |= {self.keys(target).config for target in self.registered_targets()}
+        for config_key in known:
+            self.client.hset(config_key, "flag_version", version)
+        return len(known)
 
     def begin_draw(self, target: Target, fresh_seed: str) -> tuple[str, bool]:
         """The seed of the target's opening draw (`fresh_seed` unless one was begun already), and whether it is done."""
@@ -580,6 +620,11 @@ class QueueStore:
         return pipe.execute(raise_on_error=False)
 
 
+def _switch_args(decision: Decision) -> list:
+    """The scripts' last two arguments: the flag version the caller decided by, and its decision."""
+    return [decision.flag_version, 1 if decision.queued else 0]
+
+
 def _pairs(flat: list) -> dict[str, str]:
     """A Redis flat field/value reply (HGETALL in a script) as a dict."""
     return dict(zip(flat[0::2], flat[1::2]))
@@ -606,4 +651,8 @@ def _place(reply: list) -> Place:
         return SoldOut()
     if kind == "UNKNOWN_TARGET":
         return Unknown()
+    if kind == "OFF":
+        return SwitchedOff()
+    if kind == "FLAG":
+        return FlagChanged(reply[1])
     return Gone()

@@ -20,6 +20,7 @@ from typing import Callable, Match, Pattern
 
 from chalicelib.config import ConfigError, Keyring
 from chalicelib.observability import logger
+from chalicelib.refresh import BackgroundRefresh
 from chalicelib.targets import Target
 
 # A token is ~150 characters; refuse anything much longer before doing any work on it.
@@ -92,8 +93,8 @@ def _decode(text: str) -> bytes | None:
 class TokenSigner:
     """Mints and reads entry tokens and queue tickets with the keys of a keyring.
 
-    With `refresh`, the keyring is fetched again every `max_age_s` (key rotation through Secrets Manager);
-    a failed refresh keeps the keys in hand and tries again on a later call.
+    With `refresh`, the keyring is fetched again every `max_age_s` (key rotation through Secrets Manager), in
+    the background: a call never waits for it and uses the keys in hand, as after a failed refresh.
     """
 
     def __init__(
@@ -107,16 +108,21 @@ class TokenSigner:
         self._fresh_until = clock() + max_age_s
         self._macs_keyring: Keyring | None = None
         self._macs: dict[str, hmac.HMAC] = {}
+        self.refreshing = BackgroundRefresh(self._fetch_keyring, "signing-keys-refresh")
 
     @property
     def keyring(self) -> Keyring:
         if self._refresh is not None and self._clock() >= self._fresh_until:
             self._fresh_until = self._clock() + self._max_age_s
-            try:
-                self._keyring = self._refresh()
-            except ConfigError as err:
-                logger.error("signing keys not refreshed; keeping the current ones", extra={"reason": str(err)})
+            self.refreshing.start()
         return self._keyring
+
+    def _fetch_keyring(self) -> None:
+        assert self._refresh is not None
+        try:
+            self._keyring = self._refresh()
+        except ConfigError as err:
+            logger.error("signing keys not refreshed; keeping the current ones", extra={"reason": str(err)})
 
     def mint_entry_token(self, target: Target, user_id: int, now: float, ttl_s: int) -> EntryToken:
         return self.seal_entry_token(target, user_id, self.grant(now, ttl_s))

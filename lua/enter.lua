@@ -9,7 +9,7 @@
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
---                     sold_out, paused
+--                     sold_out, paused, flag_version (the switch's mark, flags.py)
 -- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
@@ -19,16 +19,26 @@
 -- ARGV[8] how long a registration is trusted before the next enter registers the target again (ms)
 -- ARGV[9] default batch   ARGV[10] default tick length (ms)
 -- ARGV[11] '1': a first enter opens a target no operator configured (VQ_TARGETS_OPEN_ON_FIRST_USE), else '0'
+-- ARGV[12] the flag version the caller decided by ('*': whatever the target carries)   ARGV[13] its decision (1 queue, 0 not)
 -- Returns one of:
 --   {'ADMITTED', 'entry number grant', issued now (0|1)}
 --   {'WAITING', seq, users ahead, admissions per second, paused (0|1), created (0|1), target needs registering (0|1)}
 --   {'PRE_QUEUE', arrival seq, opens at (ms), created (0|1), target needs registering (0|1)}
 --   {'FULL'}   {'CLOSED'}   {'SOLD_OUT'} (the user's place, if any, is released)
---   {'UNKNOWN_TARGET'} (nothing was written)
+--   {'UNKNOWN_TARGET'} (nothing was written)   {'OFF'} (the queue is off for this user)
+--   {'FLAG', the target's flag version} (nothing was written)
 local user = ARGV[1]
 local now = tonumber(ARGV[2])
 local config = redis.call('HMGET', KEYS[8], 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
-  'known_since_ms', 'sold_out', 'paused')
+  'known_since_ms', 'sold_out', 'paused', 'flag_version')
+-- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
+-- the caller to look again before anything changes; else the caller's decision stands.
+if config[9] and ARGV[12] ~= '*' and config[9] ~= ARGV[12] then
+  return {'FLAG', config[9]}
+end
+if ARGV[13] == '0' then
+  return {'OFF'}
+end
 if not config[6] then
   if ARGV[11] ~= '1' then
     return {'UNKNOWN_TARGET'}

@@ -14,13 +14,24 @@
 -- ARGV[5] its expiry (epoch ms)   ARGV[6] the user's wait so far (ms)   ARGV[7] its histogram bucket
 -- ARGV[8] default batch   ARGV[9] default tick length (ms)   ARGV[10] the entry number on the caller's ticket
 -- ARGV[11] idle TTL (ms)
+-- ARGV[12] the flag version the caller decided by ('*': whatever the target carries)   ARGV[13] its decision (1 queue, 0 not)
 -- Returns one of:
 --   {'ADMITTED', 'entry number grant', issued now (0|1)}
 --   {'WAITING', seq, users ahead, admissions per second, paused (0|1)}
 --   {'PRE_QUEUE', arrival seq, opens at (ms)}
 --   {'NOT_IN_QUEUE'}   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)   {'UNKNOWN_TARGET'}
 --   {'SOLD_OUT'} (the user's place, if any, is released: counted as `sold_out_released` in stats)
+--   {'OFF'} (the queue is off for this user)   {'FLAG', the target's flag version}
 local user = ARGV[1]
+-- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
+-- the caller to look again before anything changes; else the caller's decision stands.
+local flag = redis.call('HGET', KEYS[7], 'flag_version')
+if flag and ARGV[12] ~= '*' and flag ~= ARGV[12] then
+  return {'FLAG', flag}
+end
+if ARGV[13] == '0' then
+  return {'OFF'}
+end
 -- A ticket belongs to one entry. The opening draw deals the pre-queue's arrival numbers anew: within
 -- them, a ticket cannot tell its entry.
 local function other_entry(number)

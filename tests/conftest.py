@@ -192,3 +192,27 @@ def origin(env):
     env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url + "/")
     yield server
     server.close()
+
+
+@pytest.fixture
+def hung_endpoint():
+    """The URL of a local socket that accepts connections and never answers (an AWS endpoint behind a missing
+    NAT gateway or VPC endpoint looks like this to a client)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0), backlog=64)
+    held = []
+
+    def accept_and_hold():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:  # closed: the test is over
+                return
+
+    threading.Thread(target=accept_and_hold, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for connection in held:
+        connection.close()

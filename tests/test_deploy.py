@@ -11,10 +11,9 @@ from pathlib import Path
 import boto3
 import pytest
 import redis
-from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from chalicelib import gate, runtime
+from chalicelib import aws, gate, runtime
 from chalicelib.config import ConfigError, Keyring, load_settings
 from chalicelib.observability import count
 from chalicelib.pump import Pump
@@ -394,17 +393,17 @@ def test_pump_files_gauges_for_the_service_and_reports_the_rate_it_owes(env, sto
 
 @mock_aws
 def test_flat_signing_key_secret_signs_with_the_active_key_and_verifies_with_all():
-    parameters.clear_caches()
+    aws.reset()
     client = boto3.client("secretsmanager", region_name="us-east-1")
     client.create_secret(Name="vq/flat", SecretString=json.dumps({"activeKid": "k2", "k1": "s" * 40, "k2": "t" * 40}))
     keyring = load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"}).keyring
     assert keyring.active_kid == "k2" and keyring.secrets == {"k1": b"s" * 40, "k2": b"t" * 40}
 
     client.put_secret_value(SecretId="vq/flat", SecretString=json.dumps({"activeKid": "k3", "k1": "s" * 40}))
-    parameters.clear_caches()
+    aws.reset()
     with pytest.raises(ConfigError, match="k3"):
         load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"})
-    parameters.clear_caches()
+    aws.reset()
 
 
 @mock_aws
@@ -413,7 +412,7 @@ def test_redis_auth_token_comes_from_secrets_manager(env, own_redis, monkeypatch
     client = boto3.client("secretsmanager", region_name="us-east-1")
     client.create_secret(Name="vq/redis-auth", SecretString=token)
     connect(own_redis.url).config_set("requirepass", token)
-    parameters.clear_caches()
+    aws.reset()
 
     env(REDIS_URL=own_redis.url, VQ_REDIS_CLUSTER="false")
     with pytest.raises(redis.AuthenticationError):
@@ -424,11 +423,11 @@ def test_redis_auth_token_comes_from_secrets_manager(env, own_redis, monkeypatch
     assert token not in repr(runtime.store().client)
 
     env(VQ_REDIS_AUTH_SECRET_ID="vq/absent")
-    parameters.clear_caches()
+    aws.reset()
     with pytest.raises(ConfigError, match="vq/absent") as raised:
         runtime.store()
     assert token not in str(raised.value)
-    parameters.clear_caches()
+    aws.reset()
 
 
 def test_cluster_setting_is_true_or_false():

@@ -7,10 +7,9 @@ import time
 
 import boto3
 import pytest
-from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from chalicelib import runtime, waits
+from chalicelib import aws, runtime, waits
 from chalicelib.config import ConfigError, load_settings
 from chalicelib.observability import logger
 from chalicelib.targets import Target
@@ -103,12 +102,11 @@ def test_unreadable_flag_falls_back_to_the_documented_default(make_room, tmp_pat
 def test_appconfig_unreachable_falls_back_to_the_default(make_room, monkeypatch):
     # A closed local port stands in for AppConfig: the fetch fails fast, the flag answers its default.
     monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", "http://127.0.0.1:9")
-    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     room = make_room(VQ_APPCONFIG_APPLICATION="virtual-queue", VQ_APPCONFIG_ENVIRONMENT="prod",
                      VQ_APPCONFIG_PROFILE="flags", VQ_QUEUE_ENABLED_DEFAULT="false")
-    assert type(room.switch._flags.store).__name__ == "AppConfigStore"
+    assert type(room.switch.source).__name__ == "AppConfigSession"
     assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
 
 
@@ -219,7 +217,7 @@ def test_stats_over_http(api):
 
 @mock_aws
 def test_signing_keys_come_from_secrets_manager(monkeypatch):
-    parameters.clear_caches()
+    aws.reset()
     client = boto3.client("secretsmanager", region_name="us-east-1")
     keys = {"activeKid": "k2", "keys": {"k1": "s" * 40, "k2": "t" * 40}}
     client.create_secret(Name="vq/signing-keys", SecretString=json.dumps(keys))
@@ -231,14 +229,14 @@ def test_signing_keys_come_from_secrets_manager(monkeypatch):
     with pytest.raises(ConfigError, match="vq/absent"):
         load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/absent"})
     client.put_secret_value(SecretId="vq/signing-keys", SecretString="not json")
-    parameters.clear_caches()
+    aws.reset()
     with pytest.raises(ConfigError, match="activeKid"):
         load_settings(env)
 
 
 @mock_aws
 def test_rotated_secret_reaches_a_running_signer(monkeypatch):
-    parameters.clear_caches()
+    aws.reset()
     client = boto3.client("secretsmanager", region_name="us-east-1")
     client.create_secret(Name="vq/keys", SecretString=json.dumps({"activeKid": "k1", "keys": {"k1": "s" * 40}}))
     monkeypatch.setenv("VQ_TOKEN_KEYS_SECRET_ID", "vq/keys")
@@ -250,6 +248,8 @@ def test_rotated_secret_reaches_a_running_signer(monkeypatch):
     client.put_secret_value(SecretId="vq/keys", SecretString=json.dumps(
         {"activeKid": "k2", "keys": {"k1": "s" * 40, "k2": "t" * 40}}))
     time.sleep(1.1)
+    signer.mint_entry_token(DROP, 1, time.time(), 300)  # due: starts the refresh in the background
+    signer.refreshing.wait(10)
     new = signer.mint_entry_token(DROP, 1, time.time(), 300)
     assert signer.keyring.active_kid == "k2"
     assert signer.read_entry_token(old.text, time.time()) and signer.read_entry_token(new.text, time.time())
