@@ -5,9 +5,12 @@ BIN := $(VENV)/bin
 
 .PHONY: run simulate test package clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+# checkov pins its own boto3, older than the functions': it gets a virtualenv of its own (tests/test_stack_hygiene.py).
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-checkov.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
 ## Start the whole waiting room locally on embedded defaults (Ctrl-C stops all of it). EMF metric lines

@@ -23,7 +23,9 @@ metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 warnings.filterwarnings("ignore", message="No application metrics to publish")
 # Building a Tracer imports the X-Ray SDK, which creates boto3 clients (a third of a cold start), and each
 # request then passes through a segment even when tracing is off: with tracing switched off by Powertools'
-# own POWERTOOLS_TRACE_DISABLED there is no Tracer at all.
+# own POWERTOOLS_TRACE_DISABLED there is no Tracer at all. The functions' tracing mode is PassThrough (Chalice's
+# default: no "xray" in .chalice/config.json), where nothing records segments, so config.json switches it off;
+# whoever sets "xray": true (Tracing: Active) removes that line (tests/test_stack_hygiene.py holds them together).
 _TRACE_DISABLED = os.environ.get("POWERTOOLS_TRACE_DISABLED", "").lower() in ("1", "y", "yes", "t", "true", "on")
 tracer = None if _TRACE_DISABLED else Tracer(service=SERVICE)
 

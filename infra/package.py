@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 INFRA = Path(__file__).resolve().parent
-PIECES = ("settings", "capacity", "network", "cache", "secrets", "appconfig", "authorizer", "pump", "observability")
+PIECES = ("settings", "capacity", "network", "cache", "secrets", "appconfig", "authorizer", "pump", "logs", "observability")
 RUNTIME = "python3.11"  # the functions' runtime (Chalice takes it from this interpreter): the bytecode's too
 
 

@@ -218,3 +218,19 @@ def test_fuzz_purchase_headers_never_500_and_only_a_forwarded_purchase_uses_the_
         assert gate.purchase(PurchaseRequest(
             target_type="limited-drop", target_id="42", entry_token=token.text, user_id="7",
             authorizer=None, body=b"{}", content_type="application/json")).status == 201
+
+
+def test_functions_that_sign_nothing_start_without_keys_and_cannot_sign():
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    code = ("import app; from chalicelib import runtime\n"
+            "try:\n    runtime.signer()\nexcept runtime.ConfigError as err:\n    print(err)")
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "POWERTOOLS_TRACE_DISABLED": "1", "VQ_SIGNS_TOKENS": "false"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "without signing keys" in result.stdout

@@ -202,3 +202,18 @@ def test_a_token_of_the_previous_key_passes_while_listed_and_fails_once_removed(
     env(VQ_TOKEN_KEYS=json.dumps({"k1": TEST_KEYS["k1"]}), VQ_TOKEN_ACTIVE_KID="k1")
     assert statement(authorize(api, event(headers=headers)))["Effect"] == "Deny"
     assert statement(authorize(api, event(headers={"X-Entry-Token": mint(), "X-User-Id": "7"})))["Effect"] == "Allow"
+
+
+def test_a_purchase_without_any_header_reaches_the_function_and_is_denied_and_counted(api, capsys):
+    # Deployed, the authorizer has no identity source (infra/authorizer.yaml): a request without the headers
+    # still runs it, with no headers at all.
+    policy = authorize(api, event(headers=None))
+    assert_denied(policy, DROP_ARN)
+    assert counted(capsys.readouterr().out, "BypassDenied") == [{"target": "limited-drop:42", "service": "virtual-queue"}]
+
+
+def test_a_purchase_without_any_header_passes_while_the_queue_is_off(api, env, tmp_path):
+    flags = tmp_path / "off.json"
+    flags.write_text(json.dumps({"virtual_queue_enabled": {"default": False}}))
+    env(VQ_FLAGS_FILE=flags)
+    assert statement(authorize(api, event(headers=None)))["Effect"] == "Allow"
