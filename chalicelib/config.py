@@ -41,7 +41,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from chalicelib import polling
@@ -106,15 +106,16 @@ class Keyring:
         return cls.from_json(json.dumps(keys), active_kid)
 
 
-def load_keyring(env: Mapping[str, str] = os.environ) -> Keyring:
-    """Signing keys: from Secrets Manager (cached) when `VQ_TOKEN_KEYS_SECRET_ID` is set, else from the environment."""
+def load_keyring(env: Mapping[str, str] = os.environ, secrets: Any = None) -> Keyring:
+    """Signing keys: from Secrets Manager (cached; `secrets`, else aws.secrets(), the provider) when
+    `VQ_TOKEN_KEYS_SECRET_ID` is set, else from the environment."""
     secret_id = env.get("VQ_TOKEN_KEYS_SECRET_ID")
     if not secret_id:
         return Keyring.from_json(env.get("VQ_TOKEN_KEYS"), env.get("VQ_TOKEN_ACTIVE_KID") or None)
     from chalicelib import aws  # boto3 is only paid for where the secret is used
 
     try:
-        text = aws.secrets().get(secret_id, max_age=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300))
+        text = (secrets or aws.secrets()).get(secret_id, max_age=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300))
     except Exception as err:  # any failure to fetch: say which secret, never its value
         raise ConfigError(f"cannot read the signing keys from secret {secret_id!r}: {type(err).__name__}") from None
     return Keyring.from_secret(text)

@@ -30,7 +30,6 @@ from aws_lambda_powertools.utilities.feature_flags.base import StoreProvider
 from aws_lambda_powertools.utilities.feature_flags.exceptions import ConfigurationStoreError
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib import aws
 from chalicelib.observability import logger
 from chalicelib.refresh import BackgroundRefresh
 from chalicelib.targets import Target
@@ -84,8 +83,8 @@ class AppConfigSession(StoreProvider):
     """
 
     def __init__(
-        self, application: str, environment: str, profile: str, poll_interval_s: int = 15,
-        client: Any = None, clock: Callable[[], float] = time.monotonic, first_wait_s: float = 0.1,
+        self, application: str, environment: str, profile: str, client: Any, poll_interval_s: int = 15,
+        clock: Callable[[], float] = time.monotonic, first_wait_s: float = 0.1,
     ) -> None:
         self._identifiers = {
             "ApplicationIdentifier": application, "EnvironmentIdentifier": environment,
@@ -116,7 +115,7 @@ class AppConfigSession(StoreProvider):
 
     def poll(self) -> None:
         """One GetLatestConfiguration (and StartConfigurationSession first, when there is no session)."""
-        client = self._client or aws.client("appconfigdata")
+        client = self._client
         try:
             if self._token is None:
                 session = client.start_configuration_session(

@@ -23,8 +23,9 @@ def signer() -> TokenSigner:
     s = settings()
     if s.keyring is None:
         raise ConfigError("this function was started without signing keys (VQ_SIGNS_TOKENS=false)")
-    # Keys from Secrets Manager are read again now and then, so a rotation reaches running containers.
-    refresh = load_keyring if s.keys_secret_id else None
+    # Keys from Secrets Manager are read again now and then, so a rotation reaches running containers. The
+    # provider is taken here: the refresh runs in the background and must not build clients there.
+    refresh = functools.partial(load_keyring, secrets=aws.secrets()) if s.keys_secret_id else None
     return TokenSigner(s.keyring, refresh=refresh, max_age_s=s.keys_max_age_s)
 
 
@@ -33,7 +34,9 @@ def switch() -> QueueSwitch:
     s = settings()
     if s.appconfig is not None:
         application, environment, profile = s.appconfig
-        source = AppConfigSession(application, environment, profile, poll_interval_s=s.flag_poll_s)
+        source = AppConfigSession(
+            application, environment, profile, aws.client("appconfigdata"), poll_interval_s=s.flag_poll_s,
+        )
     else:
         source = JsonFileStore(s.flags_file)
     return QueueSwitch(source, default=s.queue_enabled_default)
@@ -43,7 +46,7 @@ def deployed_flag() -> dict:
     """The flag configuration AppConfig serves now, read by a session of its own (flag_sync, on a rollback)."""
     if settings().appconfig is None:
         raise ConfigError("VQ_APPCONFIG_* is not set: there is no deployed flag to read")
-    session = AppConfigSession(*settings().appconfig, poll_interval_s=settings().flag_poll_s)
+    session = AppConfigSession(*settings().appconfig, aws.client("appconfigdata"), poll_interval_s=settings().flag_poll_s)
     session.poll()
     return session.get_configuration()
 

@@ -15,9 +15,9 @@ from chalicelib.tokens import TokenSigner
 
 ENTRIES = "/virtual-queues/limited-drop/42/entries"
 ARN = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/api/POST/limited-drops/42/orders"
-# What the issue aims at: a refresh adds at most this much to a request. The assertion allows a loaded machine
-# ten times as much; the figures printed are the measurement.
-BUDGET_S = 0.1
+# A request that waited on the endpoint would take at least one read timeout (aws.CLIENT_CONFIG): each must answer
+# sooner, however loaded the machine. The figures printed are the measurement (the aim: at most 0.1 s added).
+NEVER_WAITED_S = 2
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
@@ -74,8 +74,8 @@ def test_enter_status_and_the_authorizer_answer_at_once_with_aws_hung(api, env, 
         VQ_QUEUE_ENABLED_DEFAULT="true")
     # Keys from the environment at start, as a warm container holds them; every use finds their refresh due,
     # and the refresh goes to the hung Secrets Manager.
-    signer = TokenSigner(runtime.settings().keyring, max_age_s=0,
-                         refresh=lambda: load_keyring({"VQ_TOKEN_KEYS_SECRET_ID": "vq/keys"}))
+    signer = TokenSigner(runtime.settings().keyring, max_age_s=0, refresh=functools.partial(
+        load_keyring, {"VQ_TOKEN_KEYS_SECRET_ID": "vq/keys"}, secrets=aws.secrets()))
     monkeypatch.setattr(runtime, "signer", functools.cache(lambda: signer))
 
     rounds = 10
@@ -97,4 +97,4 @@ def test_enter_status_and_the_authorizer_answer_at_once_with_aws_hung(api, env, 
                             ("authorizer, no token (flag)", deny)):
             report(name, times)
     for times in (enter, status, allow, deny):
-        assert max(times) < 10 * BUDGET_S
+        assert max(times) < NEVER_WAITED_S

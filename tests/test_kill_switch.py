@@ -68,7 +68,7 @@ def flags_on(tmp_path):
 
 
 def session_of(client, clock):
-    return AppConfigSession("vq", "live", "flags", poll_interval_s=15, client=client, clock=clock)
+    return AppConfigSession("vq", "live", "flags", client, poll_interval_s=15, clock=clock)
 
 
 # --- AppConfig, polled honestly ---
