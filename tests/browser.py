@@ -200,13 +200,14 @@ class Shopper:
     def heading(self):
         return self.page.locator("section:not([hidden]) h2").inner_text().strip()
 
-    def shot(self, name, readme=None):
-        """Check the view's contrast, save a screenshot under build/browser/; at size `readme`, the README's
-        copy too when VQ_README_SHOTS is set (`make screenshots`)."""
-        assert readable(self.page) == [], f"text below WCAG AA contrast in view {name}"
+    def shot(self, name, readme=None, page=None):
+        """Check the view's contrast, save a screenshot under build/browser/ of `page` (default: the shopper's);
+        at size `readme`, the README's copy too when VQ_README_SHOTS is set (`make screenshots`)."""
+        page = page or self.page
+        assert readable(page) == [], f"text below WCAG AA contrast in view {name}"
         SHOTS.mkdir(parents=True, exist_ok=True)
         path = SHOTS / f"{name}-{self.size}.png"
-        self.page.screenshot(path=path)
+        page.screenshot(path=path)
         if readme == self.size and os.environ.get("VQ_README_SHOTS"):
             save_small(path, README_SHOTS / f"{name}-{self.size}.png")
 

@@ -216,6 +216,21 @@ def test_a_pass_used_elsewhere_or_run_out_says_so(shopper, stack, target_id):
     shopper.shot("expired")
 
 
+def test_sold_out_tells_the_line_at_its_next_poll_and_newcomers_at_once(shopper, stack, target_id):
+    # One a second on paper, so the server advises a poll about every second; only the test ticks.
+    stack.configure(target_id, batch=60, tickMs=60_000)
+    stack.enter(target_id, 1)
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("waiting")
+    stack.configure(target_id, batch=60, tickMs=60_000, soldOut=True)
+    shopper.expect_view("soldout")
+    assert shopper.heading() == shopper.t["soldout_h"]
+    shopper.shot("soldout", readme="phone")
+    newcomer = shopper.page.context.new_page()
+    newcomer.goto(f"{stack.url}/waiting-room/limited-drop/{target_id}?user=8")
+    expect(newcomer.locator("body")).to_have_attribute("data-view", "soldout", timeout=20_000)
+
+
 def test_closed_line(shopper, stack, target_id):
     stack.configure(target_id, closesAt=iso_in(-60))
     open_page(shopper, stack, target_id, 7)

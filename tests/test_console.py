@@ -47,3 +47,55 @@ def test_console_charts_a_live_sale_and_sets_the_rate(shopper, stack, target_id)
     # The control changed the rate and kept the rest of the target's own configuration.
     assert body["config"] == {"batch": 3, "tickMs": 1000, "displayName": "Air Runner 90"}
     expect(card.locator(".figures")).to_contain_text(re.compile(r"configured\s*3/s"))
+
+
+def test_console_pauses_and_resumes_while_the_shopper_keeps_their_place(shopper, stack, target_id):
+    # One a second, so the server advises frequent polls; only the test ticks (a tick every 2 s at most).
+    stack.configure(target_id, batch=2, tickMs=2000)
+    for user in range(1, 4):
+        stack.enter(target_id, user)
+    room = shopper.page.context.new_page()
+    room.goto(f"{stack.url}/waiting-room/limited-drop/{target_id}?user=77")
+    expect(room.locator("body")).to_have_attribute("data-view", "waiting", timeout=20_000)
+    expect(room.locator("#position")).to_have_text("4")
+
+    card = open_console(shopper, stack, target_id)
+    card.locator("[data-action=pause]").click()
+    expect(card.locator(".badges")).to_contain_text("paused")
+    expect(card.locator("[data-action=pause]")).to_have_text("Resume")
+    expect(room.locator("#paused")).to_be_visible(timeout=20_000)
+    expect(room.locator("#eta")).to_have_text("–")
+    shopper.shot("console-paused")
+    shopper.shot("paused", page=room)
+    # Paused: ticks admit nobody, and the shopper keeps their place.
+    stack.tick(target_id)
+    stack.tick(target_id)
+    room.wait_for_timeout(3_000)
+    expect(room.locator("#position")).to_have_text("4")
+
+    card.locator("[data-action=pause]").click()
+    expect(card.locator("[data-action=pause]")).to_have_text("Pause")
+    expect(room.locator("#paused")).to_be_hidden(timeout=20_000)
+    stack.tick(target_id)  # the line moves again (the pump may catch up: up to the shopper's turn)
+    room.wait_for_function("() => document.body.dataset.view === 'admitted' || "
+                           "document.getElementById('position').textContent !== '4'", timeout=20_000)
+
+
+def test_console_marks_the_sale_sold_out_and_the_shopper_hears_it(shopper, stack, target_id):
+    stack.configure(target_id, batch=60, tickMs=60_000)
+    stack.enter(target_id, 1)
+    room = shopper.page.context.new_page()
+    room.goto(f"{stack.url}/waiting-room/limited-drop/{target_id}?user=77")
+    expect(room.locator("body")).to_have_attribute("data-view", "waiting", timeout=20_000)
+
+    card = open_console(shopper, stack, target_id)
+    shopper.page.once("dialog", lambda dialog: dialog.accept())
+    card.locator("[data-action=soldout]").click()
+    expect(card.locator(".badges")).to_contain_text("sold out")
+    expect(room.locator("body")).to_have_attribute("data-view", "soldout", timeout=20_000)
+    shopper.shot("soldout", page=room)
+    # Cleared, the line takes newcomers again.
+    card.locator("[data-action=soldout]").click()
+    expect(card.locator(".badges")).not_to_contain_text("sold out")
+    status, _ = http("POST", stack.queue(target_id, "/entries"), {"X-User-Id": "78"})
+    assert status == 200
