@@ -225,7 +225,7 @@ def test_sold_out_tells_the_line_at_its_next_poll_and_newcomers_at_once(shopper,
     stack.configure(target_id, batch=60, tickMs=60_000, soldOut=True)
     shopper.expect_view("soldout")
     assert shopper.heading() == shopper.t["soldout_h"]
-    shopper.shot("soldout", readme="phone")
+    shopper.shot("soldout")
     newcomer = shopper.page.context.new_page()
     newcomer.goto(f"{stack.url}/waiting-room/limited-drop/{target_id}?user=8")
     expect(newcomer.locator("body")).to_have_attribute("data-view", "soldout", timeout=20_000)
