@@ -8,8 +8,9 @@ decides how often each client asks:
 - Near the front, every second or so: a user hears of their admission within about a second of it.
 - In the pre-queue: wake just after the opening, spread over a few seconds, so that the whole pre-queue
   does not ask in the same 100 ms; until then as rarely as the waiting far from the front.
-Every advice is cut by up to a quarter at random (and never lengthened), so a crowd that arrived together
-drifts apart while no advice goes past its bound.
+Every advice is cut by up to a quarter at random (and never lengthened), so polls drift apart while no
+advice goes past its bound; a newcomer's first advice by up to three quarters, so that a crowd arriving in
+one burst spreads over the whole gap at once instead of coming back as one wave a gap later.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Callable
 NEAR_FRONT_MS = 1000  # the shortest advice: how soon after admission a user near the front hears of it
 SHARE_OF_ETA = 0.5  # poll again after this share of the remaining wait
 JITTER = 0.25  # each advice is shortened by up to this share, at random
+NEWCOMER_JITTER = 0.75  # ... and a newcomer's first one by up to this share
 PRE_QUEUE_SPREAD_MS = 5000  # the pre-queue's first polls after the opening spread over this long
 DRAW_DELAY_MS = 500  # the pre-queue wakes no sooner than this after the opening, when the draw has placed it
 LATENCY_ALLOWANCE_MS = 1000  # a poll's own time on the way, and the pump's tick, beside two advised gaps
@@ -46,11 +48,14 @@ def heartbeat_problem(heartbeat_timeout_s: int) -> str | None:
     return None
 
 
-def waiting_poll_after_ms(eta_s: float | None, heartbeat_timeout_s: int, rand: Random = random.random) -> int:
-    """The advice for a user in line whose turn is `eta_s` away (None: unknown, e.g. while paused)."""
+def waiting_poll_after_ms(
+    eta_s: float | None, heartbeat_timeout_s: int, rand: Random = random.random, newcomer: bool = False,
+) -> int:
+    """The advice for a user in line whose turn is `eta_s` away (None: unknown, e.g. while paused);
+    `newcomer`: the answer that gave them their place."""
     longest = longest_interval_ms(heartbeat_timeout_s)
     base = longest if eta_s is None else min(longest, max(NEAR_FRONT_MS, eta_s * 1000 * SHARE_OF_ETA))
-    return _jittered(base, rand)
+    return _jittered(base, rand, NEWCOMER_JITTER if newcomer else JITTER)
 
 
 def pre_queue_poll_after_ms(opens_in_ms: int | None, heartbeat_timeout_s: int, rand: Random = random.random) -> int:
@@ -60,11 +65,11 @@ def pre_queue_poll_after_ms(opens_in_ms: int | None, heartbeat_timeout_s: int, r
     """
     longest = longest_interval_ms(heartbeat_timeout_s)
     if opens_in_ms is None or opens_in_ms > longest:
-        return _jittered(longest, rand)
+        return _jittered(longest, rand, JITTER)
     # The pump draws at its first tick after the opening; the last of them wakes within a longest gap of it.
     spread = min(PRE_QUEUE_SPREAD_MS, longest - DRAW_DELAY_MS)
     return max(0, opens_in_ms) + DRAW_DELAY_MS + int(rand() * spread)
 
 
-def _jittered(base_ms: float, rand: Random) -> int:
-    return int(base_ms * (1 - JITTER * rand()))
+def _jittered(base_ms: float, rand: Random, jitter: float) -> int:
+    return int(base_ms * (1 - jitter * rand()))

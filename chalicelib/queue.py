@@ -315,7 +315,7 @@ class WaitingRoom:
             return QueueEntry(
                 "WAITING", ahead_count=place.ahead, position=place.ahead + 1,
                 eta_seconds=None if eta is None else math.ceil(eta), paused=place.paused,
-                poll_after_ms=polling.waiting_poll_after_ms(eta, heartbeat_s),
+                poll_after_ms=polling.waiting_poll_after_ms(eta, heartbeat_s, newcomer=place.created),
             )
         if isinstance(place, PreQueued):
             opens_in_ms = None if place.opens_at_ms is None else place.opens_at_ms - int(now * 1000)

@@ -35,6 +35,13 @@ def test_jitter_spreads_a_crowd_without_passing_the_bound():
     assert len(advice) > 500
 
 
+def test_a_burst_of_newcomers_spreads_over_the_whole_gap_at_once():
+    first = [polling.waiting_poll_after_ms(1000.0, 60, newcomer=True) for _ in range(4000)]
+    assert min(first) >= 5_000 and max(first) <= 20_000
+    per_second = [sum(ms // 1000 == s for ms in first) for s in range(5, 20)]
+    assert max(per_second) < 2 * min(per_second)  # about even: no wave a gap after the burst
+
+
 def test_the_pre_queue_wakes_just_after_the_opening_spread_over_seconds():
     assert polling.pre_queue_poll_after_ms(3_600_000, 60, HIGH) == 20_000  # far off: rarely
     assert polling.pre_queue_poll_after_ms(None, 60, HIGH) == 20_000
@@ -48,7 +55,8 @@ def test_the_pre_queue_wakes_just_after_the_opening_spread_over_seconds():
 def test_an_obedient_client_that_loses_a_poll_is_never_evicted():
     for heartbeat_s in (3, 4, 10, 60, 120, 3600):
         longest = max(
-            max(polling.waiting_poll_after_ms(eta, heartbeat_s, HIGH) for eta in (None, 0.0, 5.0, 1e6)),
+            max(polling.waiting_poll_after_ms(eta, heartbeat_s, HIGH, newcomer)
+                for eta in (None, 0.0, 5.0, 1e6) for newcomer in (False, True)),
             polling.pre_queue_poll_after_ms(polling.longest_interval_ms(heartbeat_s), heartbeat_s, LOW)
             - polling.longest_interval_ms(heartbeat_s),  # from the opening on, when the draw starts the heartbeat
         )
@@ -69,8 +77,8 @@ def test_waiting_answers_of_enter_and_status_carry_the_advice(make_room):
     room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=1000, VQ_HEARTBEAT_TIMEOUT_S=60)  # one admission a second
     entries = [room.enter(DROP, user) for user in range(1, 101)]
     front, back = entries[0].to_body(), entries[-1].to_body()
-    assert 750 <= front["pollAfterMs"] <= 1000
-    assert 15_000 <= back["pollAfterMs"] <= 20_000  # 99 s away: half of it is past the bound
+    assert 250 <= front["pollAfterMs"] <= 1000  # a newcomer's first advice: cut by up to three quarters
+    assert 5_000 <= back["pollAfterMs"] <= 20_000  # 99 s away: half of it is past the bound
     middle = room.status(DROP, 20, entries[19].queue_ticket).to_body()
     assert middle["etaSeconds"] == 19 and 7_125 <= middle["pollAfterMs"] <= 9_500
 
