@@ -187,7 +187,7 @@ def select_seats(event_id):
 def admission_pump(event, context):
     """Every minute from EventBridge (infra/pump.yaml): tick until shortly before the deadline.
     `{"ticks": N}` runs exactly N ticks. Answers the run's totals."""
-    pump = Pump(runtime.store(), runtime.settings())
+    pump = Pump(runtime.store(), runtime.settings(), publisher=runtime.publisher())
     return pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis).to_body()
 
 

@@ -31,6 +31,9 @@
 | `VQ_FAIL_MODE` | `open` | Redis unreachable: `open` lets users in directly (DIRECT_ADMITTED), `closed` answers 503 |
 | `VQ_BREAKER_FAILURES` | 3 | consecutive Redis failures that open the circuit breaker |
 | `VQ_BREAKER_COOLDOWN_MS` | 5000 | how long an open breaker skips Redis before probing it again |
+| `VQ_EVENT_BUS` | unset | EventBridge bus (name or ARN, or `default`) the pump publishes state-change events to; set on every function (with neither this nor the next, no events are written) |
+| `VQ_EVENTS_FILE` | unset | without a bus: a file the pump appends the events to, one JSON line each (`make run`) |
+| `VQ_EVENTS_CAP` | 100000 | most unpublished events kept per target; beyond, the oldest are dropped (metric `EventsDropped`) |
 """
 
 from __future__ import annotations
@@ -168,10 +171,18 @@ class Settings:
     fail_open: bool = True
     breaker_failures: int = 3
     breaker_cooldown_ms: int = 5000
+    event_bus: str | None = None
+    events_file: Path | None = None
+    events_cap: int = 100_000
 
     @property
     def admissions_per_second(self) -> float:
         return self.batch_size * 1000 / self.tick_ms
+
+    @property
+    def events_on(self) -> bool:
+        """Whether the scripts write state-change events: only where the pump publishes them."""
+        return bool(self.event_bus or self.events_file)
 
     @property
     def retry_after_s(self) -> int:
@@ -259,4 +270,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         fail_open=_choice(env, "VQ_FAIL_MODE", {"open": True, "closed": False}, "open"),
         breaker_failures=_positive_int(env, "VQ_BREAKER_FAILURES", 3),
         breaker_cooldown_ms=_positive_int(env, "VQ_BREAKER_COOLDOWN_MS", 5000),
+        event_bus=env.get("VQ_EVENT_BUS") or None,
+        events_file=Path(env["VQ_EVENTS_FILE"]) if env.get("VQ_EVENTS_FILE") else None,
+        events_cap=_positive_int(env, "VQ_EVENTS_CAP", 100_000),
     )

@@ -15,6 +15,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from redis.exceptions import LockNotOwnedError
 
 from chalicelib.config import Settings
+from chalicelib.events import Publisher, PublisherLoop
 from chalicelib.observability import NAMESPACE, SERVICE, count, logger
 from chalicelib.opening import open_target
 from chalicelib.store import REDIS_FAILURES, PumpRules, QueueStore, TargetTick
@@ -67,8 +68,13 @@ class Pump:
     def __init__(
         self, store: QueueStore, settings: Settings,
         clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+        publisher: Publisher | None = None,
     ) -> None:
         self.store = store
+        # State-change events go out beside the ticks, while this pump holds the lock (chalicelib/events.py).
+        self.events = None if publisher is None else PublisherLoop(
+            publisher, lambda: list(self.store.registered_targets()), lambda: self.holding,
+        )
         self.clock = clock
         self.sleep = sleep
         self.tick_ms = settings.tick_ms
@@ -91,9 +97,13 @@ class Pump:
         Redis trouble; releases the lock at the end."""
         started = self.clock()
         done = admitted = evicted = errors = 0
+        if self.events is not None:
+            self.events.start()
         try:
             while True:
                 report = self.tick()
+                if self.events is not None:
+                    self.events.nudge()
                 done += 1
                 errors += report.errors
                 for result in report.targets.values():
@@ -110,6 +120,8 @@ class Pump:
                     break
                 self.sleep(delay_ms / 1000)
         finally:
+            if self.events is not None:
+                self.events.stop(timeout_s=STOP_BEFORE_DEADLINE_MS / 2000)
             self._release()
         return PumpRun(ticks=done, admitted=admitted, evicted=evicted, errors=errors)
 

@@ -107,7 +107,7 @@ class PurchaseGate:
         self._origin(target)  # before consuming, so a missing downstream leaves the token unused
         use = self._use(token, now)
         try:
-            answer = self._forward(target, request, token.user_id, token.token_id)
+            answer = self._forward(target, request, token.user_id, token)
         except OriginUnavailable as err:
             self._settle(use, not_taken=not err.sent)
             raise
@@ -127,14 +127,14 @@ class PurchaseGate:
             raise OriginNotConfigured(f"no downstream is configured for {target.type} purchases")
         return origin
 
-    def _forward(self, target: Target, request: PurchaseRequest, user_id: int, idempotency_key: str | None) -> OriginAnswer:
+    def _forward(self, target: Target, request: PurchaseRequest, user_id: int, token: EntryToken | None) -> OriginAnswer:
         headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex, "X-User-Id": str(user_id)}
-        if idempotency_key is not None:
-            headers["Idempotency-Key"] = idempotency_key
+        if token is not None:
+            headers["Idempotency-Key"] = token.token_id
         if request.content_type:
             headers["Content-Type"] = request.content_type
         url = self._origin(target) + purchase_path(target)
-        return self.shop.forward(target, lambda: forward(url, request.body, headers, self.timeout_s))
+        return self.shop.forward(target, lambda: forward(url, request.body, headers, self.timeout_s), token)
 
     def _use(self, token: EntryToken, now: float) -> _Use:
         """Mark `token` used (or take over a use of unknown outcome); in the outage ledger if Redis cannot answer."""

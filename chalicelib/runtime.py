@@ -6,6 +6,7 @@ import functools
 
 from chalicelib import aws
 from chalicelib.config import ConfigError, Settings, load_keyring, load_settings, redis_url_with_auth
+from chalicelib.events import EventBridgeSink, FileSink, Publisher
 from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
@@ -61,7 +62,20 @@ def store() -> QueueStore:
     breaker = Breaker(
         fail_max=settings().breaker_failures, reset_timeout=settings().breaker_cooldown_ms / 1000,
     )
-    return QueueStore(connect(url, cluster=settings().redis_cluster), settings().key_prefix, breaker)
+    return QueueStore(connect(url, cluster=settings().redis_cluster), settings().key_prefix, breaker,
+                      outbox_cap=settings().events_cap if settings().events_on else 0)
+
+
+@functools.cache
+def publisher() -> Publisher | None:
+    """The pump's publisher of state-change events: to EventBridge deployed, to a file locally, else none."""
+    s = settings()
+    if s.event_bus:
+        # Bounded timeouts and retries: an event not sent now stays in the outbox and goes in a later round.
+        return Publisher(store(), EventBridgeSink(aws.client("events"), s.event_bus))
+    if s.events_file:
+        return Publisher(store(), FileSink(s.events_file))
+    return None
 
 
 @functools.cache
@@ -76,6 +90,6 @@ def purchase_gate() -> PurchaseGate:
 
 def reset() -> None:
     """Forget everything built, so the next use reads the environment again (tests, key rotation)."""
-    for built in (settings, signer, switch, store, waiting_room, purchase_gate):
+    for built in (settings, signer, switch, store, publisher, waiting_room, purchase_gate):
         built.cache_clear()
     aws.reset()

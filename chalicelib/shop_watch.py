@@ -13,6 +13,7 @@ from chalicelib.origin import OriginAnswer
 from chalicelib.shop_health import Purchase
 from chalicelib.store import QueueStore, StoreUnavailable
 from chalicelib.targets import Target
+from chalicelib.tokens import EntryToken
 
 
 class ShopWatch:
@@ -22,21 +23,24 @@ class ShopWatch:
         self.store = store
         self.clock = clock
 
-    def forward(self, target: Target, call: Callable[[], OriginAnswer]) -> OriginAnswer:
-        """Run `call` (the POST to the shop), note how it went, and answer (or raise) what the shop did."""
+    def forward(self, target: Target, call: Callable[[], OriginAnswer], token: EntryToken | None = None) -> OriginAnswer:
+        """Run `call` (the POST to the shop with entry `token`, if any), note how it went (a PurchaseCompleted or
+        PurchaseFailed event with a token), and answer (or raise) what the shop did."""
         sent = self.clock()
         try:
             answer = call()
         except OriginUnavailable:
-            self._note(target, sent, ok=False, accepted=False, sold_out=False)
+            self._note(target, sent, ok=False, accepted=False, sold_out=False, token=token, status=0)
             raise
-        self._note(target, sent, ok=answer.status < 500, accepted=200 <= answer.status < 300, sold_out=answer.sold_out)
+        self._note(target, sent, ok=answer.status < 500, accepted=200 <= answer.status < 300, sold_out=answer.sold_out,
+                   token=token, status=answer.status)
         return answer
 
-    def _note(self, target: Target, sent: float, ok: bool, accepted: bool, sold_out: bool) -> None:
+    def _note(self, target: Target, sent: float, ok: bool, accepted: bool, sold_out: bool,
+              token: EntryToken | None, status: int) -> None:
         purchase = Purchase(int(sent * 1000), max(0, round((self.clock() - sent) * 1000)), ok)
         try:
-            noted = self.store.observe_purchase(target, purchase, accepted, sold_out)
+            noted = self.store.observe_purchase(target, purchase, accepted, sold_out, token, status)
         except StoreUnavailable as err:
             # The purchase stands; the pump misses one sample (and a sold-out word: the shop's next answer repeats it).
             logger.warning("purchase not noted", extra={"target": str(target), "reason": str(err)})

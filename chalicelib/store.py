@@ -43,6 +43,11 @@ REGISTRATION_REFRESH_MS = 60_000
 CLOCK_SKEW_MARGIN_MS = 60_000
 # The config field that makes a target known (lua/configure.lua).
 KNOWN_SINCE = "known_since_ms"
+# The outbox (lua/outbox.lua): how long a stream outlives its last event when nothing publishes it. A
+# registration for the sake of events lasts as long.
+OUTBOX_TTL_MS = 86_400_000
+# Scripts that report a change of state: lua/outbox.lua goes before them.
+_REPORTING = {"admit", "evict", "leave", "restore", "observe_purchase", "configure", "draw_finish"}
 
 
 class Consumption:
@@ -128,8 +133,11 @@ class _ClusterOnFirstUse:
 
 
 def load_script(client: RedisClient, name: str) -> redis.commands.core.Script:
-    """`lua/<name>.lua`, registered once and then called by SHA."""
-    return client.register_script((LUA_DIR / f"{name}.lua").read_text())
+    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events), registered once and then called by SHA."""
+    text = (LUA_DIR / f"{name}.lua").read_text()
+    if name in _REPORTING:
+        text = (LUA_DIR / "outbox.lua").read_text() + text
+    return client.register_script(text)
 
 
 @dataclass(frozen=True)
@@ -288,6 +296,7 @@ class QueueKeys:
         self.revoked = f"{self.base}:revoked"
         self.health = f"{self.base}:health"
         self.purchases = f"{self.base}:purchases"
+        self.events = f"{self.base}:events"
 
     def token(self, user_id: int) -> str:
         return f"{self.base}:token:{user_id}"
@@ -299,9 +308,15 @@ class QueueKeys:
 class QueueStore:
     """Queue state of every target, in one Redis (or Redis Cluster)."""
 
-    def __init__(self, client: RedisClient, prefix: str, breaker: pybreaker.CircuitBreaker | None = None) -> None:
+    def __init__(
+        self, client: RedisClient, prefix: str, breaker: pybreaker.CircuitBreaker | None = None,
+        outbox_cap: int = 0,
+    ) -> None:
         self.client = client
         self.prefix = prefix
+        # The ARGV every reporting script ends its own with: most unpublished events kept per target (0: no events,
+        # as where nothing publishes them), and the outbox's TTL.
+        self.outbox = (outbox_cap, OUTBOX_TTL_MS)
         # After a few failures in a row, client calls skip Redis for a cool-down instead of each paying the timeout.
         self.breaker = breaker or Breaker(fail_max=3, reset_timeout=5)
         self.targets_key = f"{prefix}:targets"
@@ -371,8 +386,9 @@ class QueueStore:
         their current entry."""
         k = self.keys(target)
         left = self._guarded(
-            self._leave, [k.waiting, k.heartbeat, k.token(user_id), k.stats, k.prequeue, k.active, k.revoked, k.draw],
-            [user_id, entry, now_ms, CLOCK_SKEW_MARGIN_MS, idle_ttl_ms],
+            self._leave,
+            [k.waiting, k.heartbeat, k.token(user_id), k.stats, k.prequeue, k.active, k.revoked, k.draw, k.events],
+            [user_id, entry, now_ms, CLOCK_SKEW_MARGIN_MS, idle_ttl_ms, *self.outbox],
         )
         return OtherEntry() if left == -1 else left == 1
 
@@ -398,8 +414,8 @@ class QueueStore:
     def _settle(self, token: EntryToken, consumption_id: str, outcome: str) -> bool:
         k = self.keys(token.target)
         return bool(self._guarded(
-            self._restore, [k.consumed(token.token_id), k.active],
-            [consumption_id, token.user_id, token.expires_at * 1000, outcome],
+            self._restore, [k.consumed(token.token_id), k.active, k.events, k.stats],
+            [consumption_id, token.user_id, token.expires_at * 1000, outcome, token.token_id, *self.outbox],
         ))
 
     def write_back(self, used: Sequence[tuple[EntryToken, bool]], now_ms: int) -> None:
@@ -445,19 +461,30 @@ class QueueStore:
 
     def configure(self, target: Target, config: TargetConfig, now_ms: int) -> None:
         """Replace the target's own configuration, at once: the pump applies it from its next tick. Opens an
-        unknown target."""
-        pairs = [item for field_value in config.to_redis().items() for item in field_value]
-        self._guarded(self._configure, [self.keys(target).config], [now_ms, *pairs])
-
-    def observe_purchase(self, target: Target, purchase: shop_health.Purchase, accepted: bool, sold_out: bool) -> int:
-        """Note a forwarded purchase's latency and outcome; the shop's word that stock ran out marks the target
-        sold out. 0: unknown target (nothing written), 1: noted, 2: noted, and now sold out."""
+        unknown target. Registers it with the pump, whose publisher sends the events this reports."""
         k = self.keys(target)
-        return int(self._guarded(
-            self._observe_purchase, [k.config, k.purchases, k.stats],
+        pairs = [item for field_value in config.to_redis().items() for item in field_value]
+        self._guarded(self._configure, [k.config, k.events, k.stats], [now_ms, *self.outbox, *pairs])
+        if self.outbox[0]:
+            self._register(target, OUTBOX_TTL_MS)
+
+    def observe_purchase(
+        self, target: Target, purchase: shop_health.Purchase, accepted: bool, sold_out: bool,
+        token: EntryToken | None = None, status: int = 0,
+    ) -> int:
+        """Note a forwarded purchase's latency and outcome (the shop's `status`, 0 for no answer), and report it
+        as an event when it used entry `token`; the shop's word that stock ran out marks the target sold out.
+        0: unknown target (nothing written), 1: noted, 2: noted, and now sold out."""
+        k = self.keys(target)
+        noted, register = self._guarded(
+            self._observe_purchase, [k.config, k.purchases, k.stats, k.events, k.registered],
             [*purchase.to_redis(), int(accepted), int(sold_out), shop_health.MAX_PURCHASES,
-             shop_health.PURCHASES_TTL_MS],
-        ))
+             shop_health.PURCHASES_TTL_MS, token.token_id if token else "", token.user_id if token else "", status,
+             *self.outbox, REGISTRATION_REFRESH_MS],
+        )
+        if register:
+            self._register(target, OUTBOX_TTL_MS)
+        return int(noted)
 
     def flag(self) -> tuple[str, dict] | None:
         """The flag configuration flag_sync stored last, with its version (None: none stored)."""
@@ -497,7 +524,32 @@ class QueueStore:
     def finish_draw(self, target: Target, placed: int, now_ms: int) -> None:
         """Record the draw as done, which lets the pump admit again."""
         k = self.keys(target)
-        self._draw_finish([k.draw, k.prequeue], [placed, now_ms])
+        self._draw_finish([k.draw, k.prequeue, k.events, k.stats], [placed, now_ms, *self.outbox])
+
+    def pending_events(self, targets: Sequence[Target], count: int) -> dict[Target, tuple[list, int]]:
+        """Each target's oldest `count` unpublished events, as (entry id, {field: value}), and how many events its
+        outbox cap pushed out unpublished (not yet taken by `events_published`). One round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for target in targets:
+            k = self.keys(target)
+            pipe.xrange(k.events, count=count)
+            pipe.hget(k.stats, "events_dropped")
+        replies = pipe.execute()
+        return {target: (replies[2 * i], int(replies[2 * i + 1] or 0)) for i, target in enumerate(targets)}
+
+    def events_published(self, published: Mapping[Target, Sequence[str]], dropped: Mapping[Target, int]) -> None:
+        """Delete the events EventBridge accepted (the outbox keeps only what is unpublished), and take the
+        dropped counts that were reported. One round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for target, ids in published.items():
+            if ids:
+                pipe.xdel(self.keys(target).events, *ids)
+        for target, n in dropped.items():
+            if n:
+                # A decrement, not a reset: drops counted meanwhile stay for the next report.
+                pipe.hincrby(self.keys(target).stats, "events_dropped", -n)
+                pipe.pexpire(self.keys(target).stats, OUTBOX_TTL_MS, nx=True)
+        pipe.execute()
 
     def _guarded(self, call, *args):
         """One client-facing Redis call through the circuit breaker; any Redis failure is StoreUnavailable."""
@@ -556,8 +608,8 @@ class QueueStore:
         for target in targets:
             k = self.keys(target)
             calls.append((
-                self._evict, [k.waiting, k.heartbeat, k.registered, k.stats, k.prequeue],
-                [rules.heartbeat_timeout_ms, rules.max_evict],
+                self._evict, [k.waiting, k.heartbeat, k.registered, k.stats, k.prequeue, k.events],
+                [rules.heartbeat_timeout_ms, rules.max_evict, *self.outbox],
             ))
             # Before admitting: this tick admits at the rate the shop's health allows (a no-op without originSlo).
             calls.append((
@@ -567,8 +619,8 @@ class QueueStore:
             calls.append((
                 self._admit,
                 [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats, k.waits, k.admissions, k.config,
-                 k.prequeue, k.draw, k.active, k.health],
-                [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms],
+                 k.prequeue, k.draw, k.active, k.health, k.events],
+                [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms, *self.outbox],
             ))
         replies = self._run_pipelined(calls)
         results: dict[Target, TargetTick | Exception] = {}

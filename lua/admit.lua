@@ -16,12 +16,14 @@
 -- KEYS[13] health     hash: `batch`, the users per tick the shop's health allows (adjust_rate.lua), and `carry`,
 --                     the fraction of a user owed from earlier ticks; read only when the target has an originSlo
 -- ARGV[1] default tick length (ms)   ARGV[2] default batch (users per tick)   ARGV[3] catch-up cap (ticks)
--- ARGV[4] idle TTL (ms)
+-- KEYS[14] events    the target's outbox stream (outbox.lua): UserAdmitted for each user admitted
+-- ARGV[4] idle TTL (ms)   ARGV[5] outbox cap (events)   ARGV[6] outbox TTL (ms)
 -- Paused or sold out (config `paused`, `sold_out`), a tick admits nobody and still counts as applied, so resuming
 -- goes on at the rate rather than catching up on the pause.
 -- Returns {applied tick (0 if already applied), admitted now, mark, waiting not yet admitted, server time (ms),
 --          the pre-queue needs its opening draw (0|1), tick length (ms), batch, max waiting or 0, max active or 0,
 --          paused (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held)}
+local emit = outbox(KEYS[14], KEYS[6], ARGV[5], ARGV[6])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local config = redis.call('HMGET', KEYS[9], 'batch', 'tick_ms', 'max_active', 'opens_at_ms', 'max_waiting', 'paused',
@@ -92,8 +94,11 @@ end
 if admitted > 0 then
   -- Ranks follow seq, and users who left or were evicted hold no rank: the mark moves to the
   -- admitted-th user still waiting, never past the last one.
-  local rank = collecting + admitted - 1
-  mark = redis.call('ZRANGE', KEYS[1], rank, rank, 'WITHSCORES')[2]
+  local newly = redis.call('ZRANGE', KEYS[1], collecting, collecting + admitted - 1, 'WITHSCORES')
+  mark = newly[#newly]
+  for i = 1, #newly, 2 do
+    emit('UserAdmitted', 'user', newly[i], 'seq', newly[i + 1])
+  end
   redis.call('SET', KEYS[4], mark, 'PX', idle)
   redis.call('HINCRBY', KEYS[6], 'admitted', admitted)
 end

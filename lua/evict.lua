@@ -7,8 +7,10 @@
 -- KEYS[3] registered  present while the pump knows this target
 -- KEYS[4] stats       hash of counters: `evicted` counts evictions
 -- KEYS[5] prequeue    zset: users waiting for the opening (they have no heartbeat yet, and keep the target known)
--- ARGV[1] heartbeat timeout (ms)   ARGV[2] most users to evict
+-- KEYS[6] events      the target's outbox stream (outbox.lua): UserEvicted; unpublished events keep the target known
+-- ARGV[1] heartbeat timeout (ms)   ARGV[2] most users to evict   ARGV[3] outbox cap (events)   ARGV[4] outbox TTL (ms)
 -- Returns {users evicted, idle (0|1)}
+local emit = outbox(KEYS[6], KEYS[4], ARGV[3], ARGV[4])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
@@ -21,7 +23,10 @@ end
 if #stale > 0 then
   redis.call('HINCRBY', KEYS[4], 'evicted', #stale)
 end
-if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[5]) == 0 then
+for _, user in ipairs(stale) do
+  emit('UserEvicted', 'user', user)
+end
+if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[5]) == 0 and redis.call('XLEN', KEYS[6]) == 0 then
   redis.call('DEL', KEYS[3])
   return {#stale, 1}
 end

@@ -7,9 +7,24 @@
 -- ARGV[3] 1: the shop answered below 500; 0: a 5xx or no answer (an error against originSlo.errorRate)
 -- ARGV[4] 1: the shop accepted the order (2xx)   ARGV[5] 1: the shop said sold out   ARGV[6] most samples kept
 -- ARGV[7] TTL of the samples and stats (ms)
--- Returns 0 (unknown target: nothing written), 1 (noted), 2 (noted, and this answer marked the target sold out)
+-- KEYS[4] events      the target's outbox stream (outbox.lua): PurchaseCompleted or PurchaseFailed (with an entry
+--                     token only), TargetSoldOut
+-- KEYS[5] registered  present while the pump knows this target (enter.lua): the pump must publish these events
+-- ARGV[8] the entry token's id ('' without one: the queue was off)   ARGV[9] its user id   ARGV[10] the shop's
+-- status (0: no answer)   ARGV[11] outbox cap (events)   ARGV[12] outbox TTL (ms)   ARGV[13] registration refresh (ms)
+-- Returns {0 (unknown target: nothing written), 1 (noted) or 2 (noted, and this answer marked the target sold
+-- out); the target needs registering (0|1)}
 if not redis.call('HGET', KEYS[1], 'known_since_ms') then
-  return 0
+  return {0, 0}
+end
+local emit = outbox(KEYS[4], KEYS[3], ARGV[11], ARGV[12])
+if ARGV[8] ~= '' then
+  emit(ARGV[4] == '1' and 'PurchaseCompleted' or 'PurchaseFailed', 'user', ARGV[9], 'token', ARGV[8], 'status', ARGV[10])
+end
+local noted = 1
+if ARGV[5] == '1' and redis.call('HSETNX', KEYS[1], 'sold_out', '1') == 1 then
+  emit('TargetSoldOut', 'by', 'shop')
+  noted = 2
 end
 redis.call('LPUSH', KEYS[2], ARGV[1] .. ':' .. ARGV[2] .. ':' .. ARGV[3])
 redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[6]) - 1)
@@ -21,7 +36,10 @@ if ARGV[4] == '1' then
     redis.call('PEXPIRE', KEYS[3], ARGV[7])
   end
 end
-if ARGV[5] == '1' and redis.call('HSETNX', KEYS[1], 'sold_out', '1') == 1 then
-  return 2
+-- As enter.lua does: a target the pump forgot (its line empty) is registered again, at most once per ARGV[13] ms,
+-- so that its publisher finds these events.
+local register = 0
+if (ARGV[8] ~= '' or noted == 2) and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[13]) then
+  register = 1
 end
-return 1
+return {noted, register}

@@ -1,0 +1,21 @@
+-- outbox.lua: not a script of its own. chalicelib/store.py puts it before every script that reports a change of
+-- state, so the event is written in the same call as the change (never one without the other) and costs no
+-- round trip. The publisher (chalicelib/events.py) sends each event to EventBridge and then deletes it.
+-- outbox(stream, stats, cap, ttl) gives emit(detail-type, field, value, ...), which appends one event:
+--   stream  the target's outbox stream; entry id = server time (ms) and a counter, which names the event
+--   stats   the target's counters hash: `events_dropped` counts events the cap pushed out unpublished
+--   cap     most events kept: a full stream loses its oldest (everything in it is unpublished); '0': events off
+--   ttl     the stream's sliding TTL (ms), from its last event
+local function outbox(stream, stats, cap, ttl)
+  if cap == '0' then
+    return function() end
+  end
+  return function(kind, ...)
+    if redis.call('XLEN', stream) >= tonumber(cap) then
+      redis.call('HINCRBY', stats, 'events_dropped', 1)
+      redis.call('PEXPIRE', stats, ttl, 'NX')
+    end
+    redis.call('XADD', stream, 'MAXLEN', cap, '*', 'type', kind, ...)
+    redis.call('PEXPIRE', stream, ttl)
+  end
+end
