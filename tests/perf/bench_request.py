@@ -134,7 +134,8 @@ def instrument(spans: Spans) -> None:
     from chalicelib import flags, queue, tokens
     from chalicelib.observability import logger
 
-    spans.wrap(flags.QueueSwitch, "queue_enabled", "flag")
+    for name in ("queue_enabled", "decide", "adopt"):
+        spans.wrap(flags.QueueSwitch, name, "flag")
     for name in ("read_ticket", "issue_ticket", "grant", "seal_entry_token", "mint_entry_token", "read_entry_token"):
         spans.wrap(tokens.TokenSigner, name, "ticket and token")
     for module in (app_module, queue):
