@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import astuple, dataclass
 
-# The latest purchases kept per target (a few seconds' worth at a sale's pace), and for how long.
-MAX_PURCHASES = 200
+# The latest purchases kept per target (the window's worth up to 200 a second), and for how long.
+MAX_PURCHASES = 1000
 PURCHASES_TTL_MS = 600_000
 
 

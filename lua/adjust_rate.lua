@@ -40,15 +40,19 @@ local before = allowed
 local decreased_at = tonumber(health[3] or '0')
 
 local since = math.max(now - window, decreased_at)
-local latencies, errors, first_sent = {}, 0, now
+local latencies, errors, completed = {}, 0, 0
 for _, sample in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local sent, latency, ok = string.match(sample, '^(%d+):(%d+):(%d)$')
-  if sent and tonumber(sent) > since then
-    latencies[#latencies + 1] = tonumber(latency)
-    first_sent = math.min(first_sent, tonumber(sent))
+  sent, latency = tonumber(sent), tonumber(latency)
+  if sent and sent > since then
+    latencies[#latencies + 1] = latency
     if ok == '0' then
       errors = errors + 1
     end
+  end
+  -- The shop's throughput: purchases it completed within the window, whenever they were sent.
+  if sent and ok == '1' and sent + latency > now - window then
+    completed = completed + 1
   end
 end
 
@@ -72,8 +76,7 @@ if n >= fewest then
       if failing then
         factor = math.min(factor, math.max(deepest, 1 - error_share))
       end
-      -- Purchases completed per tick since the first one judged was sent: what the shop gets through.
-      local throughput = (#latencies - errors) * tick_ms / math.max(tick_ms, now - first_sent)
+      local throughput = completed * tick_ms / window
       allowed = math.min(before, math.max(batch * floor, allowed * factor, throughput * kept))
       decreased_at = now
     end
