@@ -14,19 +14,29 @@ When an item's stock runs out, the answer that sells the last unit, and every re
 `X-Queue-Sold-Out: true` (`says_sold_out`): the waiting room then closes that line. With `capacity_per_s` the
 shop works like a real one with `workers` order handlers: each order takes `workers / capacity_per_s` seconds
 of a handler, and orders beyond that wait for one, so above its capacity its latency climbs without bound (the
-simulator's shop that degrades past a capacity the queue is not told).
+simulator's shop that degrades past a capacity the queue is not told). `ShopProcess` runs it in a process of
+its own, as `python infra/demo_shop.py`: under a simulated crowd, a shop sharing the crowd's process (and its
+interpreter lock) would be slowed by the crowd, not by its orders.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from contextlib import nullcontext
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
-from chalicelib.origin import SOLD_OUT_HEADER
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from chalicelib.origin import SOLD_OUT_HEADER  # noqa: E402
 
 # The purchase paths of chalicelib/gate.py's PURCHASE_PATHS, as a real downstream would serve them.
 ITEM_PATH = re.compile(r"/(?:limited-drops/[1-9][0-9]{0,17}/orders|events/[1-9][0-9]{0,17}/seats/select)")
@@ -159,3 +169,54 @@ def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
             pass  # one line per request would drown `make run`'s output
 
     return Handler
+
+
+class ShopProcess:
+    """A DemoShop in a process of its own, with the same `url`, `summary()` and `stop()`."""
+
+    def __init__(self, stock: int, port: int, **options: object) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        arguments = ["--port", str(port), "--stock", str(stock)]
+        if not options.get("says_sold_out", True):
+            arguments.append("--silent")
+        if options.get("capacity_per_s"):
+            arguments += ["--capacity", str(options["capacity_per_s"])]
+        self.process = subprocess.Popen([sys.executable, __file__, *arguments])
+
+    def start(self) -> "ShopProcess":
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.summary()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit(f"the demo shop did not answer at {self.url}")
+
+    def summary(self) -> dict:
+        with urllib.request.urlopen(self.url + "/orders", timeout=30) as answer:
+            return json.load(answer)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the demo shop until SIGTERM or Ctrl-C."""
+    parser = argparse.ArgumentParser(description="The demo shop on 127.0.0.1.")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--stock", type=int, required=True)
+    parser.add_argument("--capacity", type=float, help="orders/s it handles (default: unbounded)")
+    parser.add_argument("--silent", action="store_true", help="never say X-Queue-Sold-Out")
+    args = parser.parse_args(argv)
+    shop = DemoShop(args.stock, args.port, says_sold_out=not args.silent, capacity_per_s=args.capacity).start()
+    signal.signal(signal.SIGTERM, lambda *_: (shop.stop(), sys.exit(0)))
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        shop.stop()
+
+
+if __name__ == "__main__":
+    main()

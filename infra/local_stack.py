@@ -19,6 +19,7 @@ import math
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from chalicelib.config import ConfigError, load_settings  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.store import QueueStore, connect  # noqa: E402
-from infra.demo_shop import DemoShop  # noqa: E402
+from infra.demo_shop import DemoShop, ShopProcess  # noqa: E402
 
 DEFAULT_STOCK = 100
 
@@ -63,10 +64,11 @@ class LocalStack:
         self.pump_class = pump_class
         self.api_output = api_output
         self.api_workers = api_workers
-        self.shop_options = dict(shop_options or {})  # more of DemoShop's knobs (says_sold_out, capacity_per_s)
+        # More of DemoShop's knobs (says_sold_out, capacity_per_s), and own_process: run it as a ShopProcess.
+        self.shop_options = dict(shop_options or {})
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.valkey = None
-        self.shop: DemoShop | None = None
+        self.shop: DemoShop | ShopProcess | None = None
         self.pump: Pump | None = None
         self.api: subprocess.Popen | None = None
         self._pump_thread: threading.Thread | None = None
@@ -100,7 +102,10 @@ class LocalStack:
         if not env.get("VQ_TOKEN_KEYS"):
             env["VQ_TOKEN_KEYS"] = json.dumps({"dev": secrets.token_urlsafe(32)})
             env["VQ_TOKEN_ACTIVE_KID"] = "dev"
-        self.shop = DemoShop(self.stock, self.shop_port, **self.shop_options).start()
+        if self.shop_options.pop("own_process", False):
+            self.shop = ShopProcess(self.stock, self.shop_port or free_port(), **self.shop_options).start()
+        else:
+            self.shop = DemoShop(self.stock, self.shop_port, **self.shop_options).start()
         env["VQ_ORIGIN_LIMITED_DROP_URL"] = env["VQ_ORIGIN_TICKETING_URL"] = self.shop.url
         try:
             self.settings = load_settings(env)
@@ -175,6 +180,12 @@ class LocalStack:
     def _pump_sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):
             raise _Stopped
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 30) -> None:

@@ -214,3 +214,42 @@ def test_demo_shop_honours_idempotency_keys_like_a_real_shop_api():
         assert len(summary["orders"]) == 1 and summary["replayed"] == 1
     finally:
         shop.stop()
+
+
+def shop_order(url, user, path="/limited-drops/1/orders"):
+    """A purchase at the demo shop: (status, X-Queue-Sold-Out, seconds it took)."""
+    request = urllib.request.Request(url + path, data=b"{}", method="POST", headers={"X-User-Id": str(user)})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.headers.get("X-Queue-Sold-Out"), time.monotonic() - started
+    except urllib.error.HTTPError as answer:
+        return answer.code, answer.headers.get("X-Queue-Sold-Out"), time.monotonic() - started
+
+
+def test_demo_shop_says_sold_out_with_its_last_unit_and_after():
+    from infra.demo_shop import DemoShop
+
+    shop = DemoShop(stock=2).start()
+    try:
+        assert shop_order(shop.url, 1)[:2] == (201, None)
+        assert shop_order(shop.url, 2)[:2] == (201, "true")  # the last unit
+        assert shop_order(shop.url, 3)[:2] == (409, "true")
+        assert shop_order(shop.url, 4, "/limited-drops/2/orders")[:2] == (201, None)  # another item has stock
+    finally:
+        shop.stop()
+
+
+def test_a_shop_with_a_capacity_in_its_own_process_makes_orders_past_it_wait():
+    from infra.demo_shop import ShopProcess
+    from infra.local_stack import free_port
+
+    shop = ShopProcess(100, free_port(), capacity_per_s=20.0).start()  # four handlers of 200 ms
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            took = sorted(seconds for _, _, seconds in pool.map(lambda user: shop_order(shop.url, user), range(1, 13)))
+        # Twelve at once through four handlers: three rounds of 200 ms, so the last wait about 600 ms.
+        assert took[0] >= 0.19 and took[-1] >= 0.55
+        assert len(shop.summary()["orders"]) == 12
+    finally:
+        shop.stop()
