@@ -53,6 +53,7 @@ from redis.connection import Connection  # noqa: E402
 from chalicelib import purchase  # noqa: E402
 from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.errors import NotInQueue  # noqa: E402
+from chalicelib.flags import QUEUED, Decision  # noqa: E402
 from chalicelib.origin import OriginAnswer  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
@@ -73,10 +74,17 @@ MONITOR_END = "bench-scripts-monitor-end"
 
 
 class QueueOn:
-    """The feature flag, always on: the benchmark measures the queue, not the rollout."""
+    """The feature flag, always on, whatever version a target carries: the benchmark measures the queue, not the
+    rollout."""
 
     def queue_enabled(self, target: Target, user_id: int | None = None) -> bool:
         return True
+
+    def decide(self, target: Target, user_id: int | None = None) -> Decision:
+        return QUEUED
+
+    def adopt(self, version: str, configuration: dict) -> None:
+        pass
 
 
 class Origin:
