@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chalicelib.config import ConfigError, load_settings  # noqa: E402
+from chalicelib.events import FileSink, Publisher  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.store import QueueStore, connect  # noqa: E402
 from infra.demo_shop import DemoShop, ShopProcess  # noqa: E402
@@ -112,8 +113,15 @@ class LocalStack:
         except ConfigError as err:
             raise SystemExit(f"configuration: {err}") from None
         if self.pump_class is not None:
-            store = QueueStore(connect(env["REDIS_URL"], cluster=self.settings.redis_cluster), self.settings.key_prefix)
-            self.pump = self.pump_class(store, self.settings, sleep=self._pump_sleep)
+            s = self.settings
+            store = QueueStore(connect(env["REDIS_URL"], cluster=s.redis_cluster), s.key_prefix,
+                               outbox_cap=s.events_cap if s.events_on else 0)
+            # VQ_EVENTS_FILE: the state-change events go there, one JSON line each, as EventBridge would carry them.
+            publisher = None
+            if s.events_file:
+                s.events_file.parent.mkdir(parents=True, exist_ok=True)
+                publisher = Publisher(store, FileSink(s.events_file))
+            self.pump = self.pump_class(store, s, sleep=self._pump_sleep, publisher=publisher)
             self._pump_thread = threading.Thread(target=self._pump_loop, name="admission-pump", daemon=True)
             self._pump_thread.start()
         workers = [] if self.api_workers is None else ["--workers", str(self.api_workers)]
@@ -165,6 +173,7 @@ class LocalStack:
             f"  Shop orders   {self.shop.url}/orders   ({self.stock} per drop or event, one per user)\n"
             f"  Redis         {self.env['REDIS_URL']}{'  (embedded Valkey)' if self.valkey else ''}\n"
             f"  Pump          admitting {s.batch_size} every {s.tick_ms} ms per target\n"
+            f"  Events        {s.events_file or 'off (VQ_EVENTS_FILE)'}   (state changes, one JSON line each)\n"
             "Ctrl-C stops everything.\n"
         )
 
@@ -219,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     # Both, explicitly: a shell script that starts this in the background makes it ignore SIGINT.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    # The state-change events go to a file (deployed: EventBridge); an empty VQ_EVENTS_FILE turns them off.
+    os.environ.setdefault("VQ_EVENTS_FILE", str(ROOT / "build" / "events.jsonl"))
     stack = LocalStack(api_port=args.port, shop_port=args.shop_port or args.port + 1, stock=args.stock,
                        api_workers=args.workers)
     try:

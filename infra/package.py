@@ -26,7 +26,8 @@ from pathlib import Path
 import yaml
 
 INFRA = Path(__file__).resolve().parent
-PIECES = ("settings", "capacity", "network", "cache", "secrets", "appconfig", "authorizer", "pump", "logs", "observability")
+PIECES = ("settings", "capacity", "network", "cache", "secrets", "appconfig", "authorizer", "pump", "events", "logs",
+          "observability")
 RUNTIME = "python3.11"  # the functions' runtime (Chalice takes it from this interpreter): the bytecode's too
 
 

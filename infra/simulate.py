@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import http.client
 import json
@@ -340,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     if options.max_waiting:
         env["VQ_MAX_WAITING"] = str(options.max_waiting)
+    # The state-change events the pump publishes, counted by kind at the end.
+    events_file = options.out / "events.jsonl"
+    events_file.unlink(missing_ok=True)
+    env["VQ_EVENTS_FILE"] = str(events_file)
     users = plan_users(options, random.Random(options.seed))
     # The pump in this process prints its metrics: to pump.log, beside the API's output.
     with open(options.out / "api.log", "wb") as api_log, open(options.out / "pump.log", "w") as pump_log, \
@@ -355,9 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         finished = time.time()
         api.close()
         report = analyse(options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished)
+    # After the stack stopped: the pump's last round of publishing is in the file.
+    report["events"] = dict(sorted(collections.Counter(
+        json.loads(line)["detail-type"] for line in events_file.read_text().splitlines()).items())) \
+        if events_file.exists() else {}
     (options.out / "report.json").write_text(json.dumps(report, indent=1))
     plot(report, options.out / "plot.png")
     print(summary(report, options.out), flush=True)
+    print(f"events published ({events_file}): "
+          + (", ".join(f"{kind} {n:,}" for kind, n in report["events"].items()) or "none"), flush=True)
     return 0 if report["ok"] else 1
 
 

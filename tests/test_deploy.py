@@ -205,8 +205,8 @@ def test_each_function_may_read_only_what_it_needs(resources):
     readable = {role: set() for role in ROLES.values()}
     for policy in of_type(resources, "AWS::IAM::Policy").values():
         properties = policy["Properties"]
-        if properties["PolicyName"] == "write-own-logs":
-            continue  # tests/test_stack_hygiene.py
+        if properties["PolicyName"] in ("write-own-logs", "publish-events"):
+            continue  # tests/test_stack_hygiene.py; test_only_the_pump_may_publish_events_to_its_bus_only
         for statement in properties["PolicyDocument"]["Statement"]:
             assert statement["Effect"] == "Allow" and "*" not in json.dumps(statement["Action"])
             resource = statement["Resource"]
@@ -347,6 +347,7 @@ def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
         "RedisDegradedAlarm": {"RedisDegraded"},
         "RedisOutOfMemoryAlarm": {"RedisOutOfMemory"},
         "PumpErrorsAlarm": {"PumpErrors"},
+        "EventsDroppedAlarm": {"EventsDropped"},
     }
     assert set().union(*watched.values()) <= emitted_names()
     for alarm in alarms.values():
@@ -364,6 +365,24 @@ def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
     assert alarms["BypassDeniedAlarm"]["Properties"]["Threshold"] == {"Ref": "BypassDeniedPerMinuteAlarm"}
     assert alarms["RedisDegradedAlarm"]["Properties"]["Threshold"] == 1
     assert alarms["RedisOutOfMemoryAlarm"]["Properties"]["Threshold"] == 1
+
+
+def test_only_the_pump_may_publish_events_to_its_bus_only(template, resources):
+    (policy,) = [p["Properties"] for p in of_type(resources, "AWS::IAM::Policy").values()
+                 if p["Properties"]["PolicyName"] == "publish-events"]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert policy["Roles"] == [{"Ref": "AdmissionPumpRole"}]
+    assert statement["Action"] == "events:PutEvents"
+    own, named = statement["Resource"]["Fn::If"][1:]
+    assert own == {"Fn::GetAtt": ["EventBus", "Arn"]} and named["Fn::Sub"].endswith(":event-bus/${EventBusName}")
+    # The API writes the outbox, the pump publishes it: both name the same bus (no bus, no events written).
+    assert env_of(resources, "APIHandler")["VQ_EVENT_BUS"] == env_of(resources, "AdmissionPump")["VQ_EVENT_BUS"]
+    assert template["Parameters"]["EventBusName"]["Default"] == ""  # the stack's own bus unless told
+    # The SNS rule for UserAdmitted exists only when asked for.
+    assert template["Parameters"]["UserAdmittedTopic"]["Default"] == "off"
+    rule = resources["UserAdmittedRule"]
+    assert rule["Condition"] == "SendUserAdmitted"
+    assert rule["Properties"]["EventPattern"] == {"source": ["virtual-queue"], "detail-type": ["UserAdmitted"]}
 
 
 @pytest.mark.slow

@@ -37,6 +37,8 @@ ACCEPTED = {
     **{("CKV_AWS_149", f"AWS::SecretsManager::Secret.{s}"): "encrypted with Secrets Manager's AWS managed key; only "
        "this stack's roles may read it" for s in ("SigningKeys", "RedisAuthToken")},
     ("CKV_AWS_26", "AWS::SNS::Topic.AlarmTopic"): "carries alarm state changes only, nothing confidential",
+    ("CKV_AWS_26", "AWS::SNS::Topic.UserAdmittedNotifications"): "EventBridge cannot publish to a topic encrypted with "
+    "SNS's AWS managed key; the events carry ids only (no token, ticket or name), and the topic is off by default",
     ("CKV_AWS_73", "AWS::Serverless::Api.RestAPI"): "X-Ray tracing is off by choice (cost per request); the access "
     "log has each request's id, status and latencies",
     ("CKV_AWS_120", "AWS::Serverless::Api.RestAPI"): "answers are per user and per moment (place in line, tokens): "
