@@ -10,12 +10,18 @@ local function outbox(stream, stats, cap, ttl)
   if cap == '0' then
     return function() end
   end
+  local length -- the stream's, read once per script call: an admission tick may append hundreds
   return function(kind, ...)
-    if redis.call('XLEN', stream) >= tonumber(cap) then
+    local first = not length
+    length = (length or redis.call('XLEN', stream)) + 1
+    if length > tonumber(cap) then
       redis.call('HINCRBY', stats, 'events_dropped', 1)
       redis.call('PEXPIRE', stats, ttl, 'NX')
+      length = tonumber(cap)
     end
     redis.call('XADD', stream, 'MAXLEN', cap, '*', 'type', kind, ...)
-    redis.call('PEXPIRE', stream, ttl)
+    if first then
+      redis.call('PEXPIRE', stream, ttl)
+    end
   end
 end
