@@ -28,7 +28,7 @@ test: test-main test-reliability
 
 # Tests that start Redis servers of their own (markers in pyproject.toml), and the suites the cluster run repeats.
 RELIABILITY := -m "faults or cluster"
-CLUSTER_SUITE := tests/test_queue_engine.py tests/test_pump.py tests/test_purchase.py tests/test_operations.py \
+CLUSTER_SUITE := tests/test_queue_engine.py tests/test_pump.py tests/test_purchase.py tests/test_operations.py tests/test_events.py \
 	tests/test_api.py tests/test_queue_model.py
 # A PYTEST_ARGS that narrows the run (-k tokens) may leave a step nothing to run (pytest's exit status 5).
 ifneq ($(PYTEST_ARGS),)

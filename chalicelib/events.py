@@ -220,3 +220,8 @@ class PublisherLoop:
         except REDIS_FAILURES:
             logger.warning("outbox unreadable; publishing later", exc_info=True)
             return False
+        except Exception:
+            # Never end the thread: what was not deleted is published in a later round.
+            logger.exception("publishing round failed")
+            count("PumpErrors")
+            return False
