@@ -165,7 +165,7 @@ def stack(redis_url, tmp_path_factory):
     client = connect(redis_url)
     try:
         with open(api_log, "wb") as log:
-            with LocalStack(env, api_port=free_port(), stock=5, pump_class=None, api_output=log) as local:
+            with LocalStack(env, api_port=free_port(), stock=20, pump_class=None, api_output=log) as local:
                 yield Stack(local, Pump(QueueStore(client, prefix), local.settings), api_log)
     finally:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))

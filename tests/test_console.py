@@ -23,19 +23,26 @@ def open_console(shopper, stack, target_id):
 
 def test_console_charts_a_live_sale_and_sets_the_rate(shopper, stack, target_id):
     stack.configure(target_id, batch=1, tickMs=500, displayName="Air Runner 90")
-    tickets = {user: stack.enter(target_id, user)["queueTicket"] for user in range(1, 7)}
+    waiting = {user: stack.enter(target_id, user)["queueTicket"] for user in range(1, 13)}
     card = open_console(shopper, stack, target_id)
     expect(card.locator(".badges")).to_contain_text("Air Runner 90")
-    expect(card.locator(".figures")).to_contain_text(re.compile(r"waiting\s*6"))
-    for _ in range(3):
+    expect(card.locator(".figures")).to_contain_text(re.compile(r"waiting\s*12"))
+    # A short sale: the pump admits, the admitted collect their tokens (their waits make the p95) and buy.
+    for _ in range(6):
         stack.tick(target_id)
-        for user, ticket in tickets.items():  # the admitted collect their tokens: their waits make the p95
-            http("GET", stack.queue(target_id, "/entries/me"), {"X-User-Id": str(user), "X-Queue-Ticket": ticket})
-        shopper.page.wait_for_timeout(700)
-    # Every chart draws from the samples it keeps; admitted/s rose above zero.
-    for chart in ("waiting", "admitted", "p95"):
+        for user, ticket in list(waiting.items()):
+            _, entry = http("GET", stack.queue(target_id, "/entries/me"), {"X-User-Id": str(user), "X-Queue-Ticket": ticket})
+            if entry.get("status") == "ADMITTED":
+                del waiting[user]
+                status, _ = http("POST", f"{stack.url}/limited-drops/{target_id}/orders",
+                                 {"X-User-Id": str(user), "X-Entry-Token": entry["entryToken"]}, body={"quantity": 1})
+                assert status == 201
+        shopper.page.wait_for_timeout(500)
+    # Every chart draws from the samples it keeps; admitted/s rose above zero, and the shop took orders.
+    for chart in ("waiting", "admitted", "orders", "p95"):
         expect(card.locator(f"[data-chart={chart}] polyline").first).to_be_attached()
     expect(card.locator("[data-chart=admitted] figcaption span")).not_to_have_text(re.compile(r"now [–0]/s"), timeout=5_000)
+    assert http("GET", stack.queue(target_id, "/stats"))[1]["ordersCount"] == 12 - len(waiting) > 0
     expect(card.locator(".figures")).to_contain_text(re.compile(r"configured\s*2/s"))
     shopper.shot("console", readme="desktop")
 
