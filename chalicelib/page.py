@@ -1,5 +1,6 @@
-"""The web pages: the waiting room shoppers see (static/waiting-room.html, in Korean or English) and the
-operator console (static/console.html). Each is one HTML file with its script, filled in per request."""
+"""The web pages: the waiting room shoppers see (static/waiting-room.html with its script waiting-room.js, in
+Korean or English) and the operator console (static/console.html). Each is served as one HTML document with
+its script inline, filled in per request."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def render(
         "messages": texts,
     }
     page = _PLACEHOLDER.sub(lambda m: html.escape(values[m[1]]), _static("waiting-room.html"))
-    return page.replace("__CONFIG__", _script_json(config))
+    return page.replace("__SCRIPT__", _static("waiting-room.js")).replace("__CONFIG__", _script_json(config))
 
 
 def service_worker() -> str:
