@@ -49,6 +49,7 @@ os.environ.update({
 
 import redis  # noqa: E402
 from redis.connection import Connection  # noqa: E402
+from redis.exceptions import NoScriptError  # noqa: E402
 
 from chalicelib import purchase  # noqa: E402
 from chalicelib.config import load_settings  # noqa: E402
@@ -244,10 +245,15 @@ class Bench:
     def populate(self, enter: list[str], users: int) -> None:
         """`users` users (0 .. users-1) in line through the enter script, as the opening burst puts them."""
         for start in range(0, users, 5000):
-            pipe = self.client.pipeline(transaction=False)
-            for user in range(start, min(start + 5000, users)):
-                pipe.execute_command(*for_user(enter, user))
-            pipe.execute()
+            while True:
+                pipe = self.client.pipeline(transaction=False)
+                for user in range(start, min(start + 5000, users)):
+                    pipe.execute_command(*for_user(enter, user))
+                replies = pipe.execute(raise_on_error=False)
+                if not any(isinstance(reply, NoScriptError) for reply in replies):
+                    break
+                # Someone else on a shared server flushed its scripts: load again and repeat (entering is idempotent).
+                self.client.script_load(self.store._enter.script)
 
     def inner_commands(self, call: list[str], user: int) -> list[list[str]]:
         """The reads and writes the script `call` runs for `user` (MONITOR), with `__rand_int__` for the user."""
