@@ -185,7 +185,7 @@ class User:
     admitted_at: float | None = None  # when they saw ADMITTED
     stopped_waiting_at: float | None = None  # admitted, gave up, or refused
     poll_after_s: float | None = None  # the last poll interval the server gave
-    last_poll_at: float | None = None  # when the last poll was sent
+    last_poll_due_at: float | None = None  # when the last poll was due (it may then wait for the local API)
     finished_at: float | None = None  # when the journey ended (a purchase answered, sold out, gave up)
     full_retries: int = 0
     reentries: int = 0
@@ -221,8 +221,8 @@ async def journey(user: User, api: Api, started: float, signer: TokenSigner) -> 
             user.stopped_waiting_at = time.time()
             return
         await asyncio.sleep(delay)
+        user.last_poll_due_at = time.time()
         answer = await api.call("status", "GET", ENTRIES + "/me", user_headers(user))
-        user.last_poll_at = answer.sent_at
         if answer.status == 200:
             entry = answer.body
         elif answer.code == "NOT_IN_QUEUE":  # evicted: a poll came too late
