@@ -461,10 +461,15 @@ class QueueStore:
 
     def configure(self, target: Target, config: TargetConfig, now_ms: int) -> None:
         """Replace the target's own configuration, at once: the pump applies it from its next tick. Opens an
-        unknown target. Registers it with the pump, whose publisher sends the events this reports."""
+        unknown target, marked with the stored flag's version if it has none. Registers it with the pump, whose
+        publisher sends the events this reports."""
         k = self.keys(target)
         pairs = [item for field_value in config.to_redis().items() for item in field_value]
         self._guarded(self._configure, [k.config, k.events, k.stats], [now_ms, *self.outbox, *pairs])
+        stored = self.flag()
+        if stored is not None:
+            # Opened after a flip, the target follows it at once (flag_sync marks the targets it finds).
+            self._guarded(self.client.hsetnx, k.config, "flag_version", stored[0])
         if self.outbox[0]:
             self._register(target, OUTBOX_TTL_MS)
 

@@ -150,16 +150,26 @@ def test_a_deployment_switches_the_queue_off_and_on_at_the_next_request(make_roo
     room.configure(DROP, parse_config(b'{"batch": 5}'))  # an opened target
     ticket = room.enter(DROP, 1).queue_ticket
 
-    started = time.monotonic()
     answer = sync(extension_event(OFF), lambda: room.store, never_read)
     assert answer == {"published": True, "version": flag_version(OFF), "targets": 1}
     assert room.enter(DROP, 2).status == "DIRECT_ADMITTED"
     assert room.status(DROP, 1, ticket).status == "DIRECT_ADMITTED"
-    print(f"\nflag deployment to the first request answering by it: {(time.monotonic() - started) * 1000:.1f} ms")
 
     sync(extension_event(ON), lambda: room.store, never_read)
     assert room.status(DROP, 1, ticket).position == 1  # the line survived the switch
     assert room.enter(DROP, 3).status == "WAITING"
+
+    # From flag_sync's start to the first request answered by the new configuration, off and on in turn.
+    took = []
+    for flip in range(10):
+        configuration, expected = (OFF, "DIRECT_ADMITTED") if flip % 2 == 0 else (ON, "WAITING")
+        started = time.perf_counter()
+        sync(extension_event(configuration), lambda: room.store, never_read)
+        assert room.enter(DROP, 3).status == expected
+        took.append((time.perf_counter() - started) * 1000)
+    took.sort()
+    print(f"\nflag deployment to the first request answering by it: min {took[0]:.1f} ms, median "
+          f"{(took[4] + took[5]) / 2:.1f} ms, max {took[-1]:.1f} ms (10 flips)")
 
 
 def test_the_stored_configuration_is_read_once_per_container_and_flip(make_room, flags_on, monkeypatch):
@@ -194,6 +204,15 @@ def test_an_operator_reconfiguring_a_target_keeps_its_flag_mark(make_room, flags
     room.configure(DROP, parse_config(b'{"batch": 7}'))
     assert room.config(DROP)["config"] == {"batch": 7}
     assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
+
+
+def test_a_target_opened_after_a_flip_follows_it_at_once(make_room, flags_on):
+    room = make_room(VQ_FLAGS_FILE=flags_on)
+    room.configure(DROP, parse_config(b'{"batch": 5}'))
+    sync(extension_event(OFF), lambda: room.store, never_read)
+    room.configure(OTHER, parse_config(b'{"batch": 5}'))  # opened after the flip
+    fresh = make_room(VQ_FLAGS_FILE=flags_on)  # a container that has not met the flip yet
+    assert fresh.enter(OTHER, 1).status == "DIRECT_ADMITTED"
 
 
 def test_targets_in_line_are_marked_even_unconfigured(make_room, flags_on):
