@@ -37,9 +37,9 @@ if ARGV[4] == '1' then
   end
 end
 -- As enter.lua does: a target the pump forgot (its line empty) is registered again, at most once per ARGV[13] ms,
--- so that its publisher finds these events.
+-- so that its publisher finds these events. With events off there is nothing to publish, nothing to register.
 local register = 0
-if (ARGV[8] ~= '' or noted == 2) and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[13]) then
+if ARGV[11] ~= '0' and (ARGV[8] ~= '' or noted == 2) and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[13]) then
   register = 1
 end
 return {noted, register}
