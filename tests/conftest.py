@@ -182,6 +182,17 @@ def deployment(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def template(deployment):
+    """The built CloudFormation/SAM template (sam.json), parsed."""
+    return json.loads((deployment / "sam.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def resources(template):
+    return template["Resources"]
+
+
 @pytest.fixture
 def origin(env):
     """A real downstream shop on 127.0.0.1, and both purchase routes pointed at it."""

@@ -32,16 +32,6 @@ DROP = Target("limited-drop", 42)
 
 
 @pytest.fixture(scope="module")
-def template(deployment):
-    return json.loads((deployment / "sam.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def resources(template):
-    return template["Resources"]
-
-
-@pytest.fixture(scope="module")
 def openapi(resources):
     return resources["RestAPI"]["Properties"]["DefinitionBody"]
 

@@ -46,16 +46,6 @@ ACCEPTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def template(deployment):
-    return json.loads((deployment / "sam.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def resources(template):
-    return template["Resources"]
-
-
 def test_checkov_finds_only_the_accepted_failures(deployment):
     assert CHECKOV.exists(), f"{CHECKOV} is missing: `make test` installs it (requirements-checkov.txt)"
     result = subprocess.run(
