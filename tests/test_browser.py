@@ -19,6 +19,15 @@ def open_page(shopper, stack, target_id, user_id):
     shopper.page.goto(f"{stack.url}/waiting-room/limited-drop/{target_id}?user={user_id}")
 
 
+def wait_second_in_line(shopper, stack, target_id):
+    """User 7 waits behind user 1. One admission a second on paper, so the server advises a poll about every
+    second; only the test ticks."""
+    stack.configure(target_id, batch=60, tickMs=60_000)
+    stack.enter(target_id, 1)
+    open_page(shopper, stack, target_id, 7)
+    shopper.expect_view("waiting")
+
+
 def tick_until_view(shopper, stack, target_id, view, ticks=20):
     """Tick the target until the page shows `view` (the pump may catch up missed ticks: not one user a tick)."""
     for _ in range(ticks):
@@ -121,11 +130,7 @@ def test_pre_queue_counts_down_and_takes_a_place_at_the_opening_without_a_reload
 
 def test_trouble_is_visible_and_heals_by_itself(shopper, stack, target_id):
     page, t = shopper.page, shopper.t
-    # One a second on paper, so the server advises a poll about every second; only the test ticks.
-    stack.configure(target_id, batch=60, tickMs=60_000)
-    stack.enter(target_id, 1)
-    open_page(shopper, stack, target_id, 7)
-    shopper.expect_view("waiting")
+    wait_second_in_line(shopper, stack, target_id)
     expect(page.locator("#trouble")).to_be_hidden()
 
     # Hung: calls stay unanswered; the page says it is reconnecting, with the time of its last good answer.
@@ -160,11 +165,7 @@ def test_trouble_is_visible_and_heals_by_itself(shopper, stack, target_id):
 
 def test_losing_the_place_offers_to_join_again_by_keyboard(shopper, stack, target_id):
     page, t = shopper.page, shopper.t
-    # One a second on paper, so the server advises a poll about every second; only the test ticks.
-    stack.configure(target_id, batch=60, tickMs=60_000)
-    stack.enter(target_id, 1)
-    open_page(shopper, stack, target_id, 7)
-    shopper.expect_view("waiting")
+    wait_second_in_line(shopper, stack, target_id)
 
     # Taken out of line behind its back (as an eviction would): its next poll hears NOT_IN_QUEUE.
     ticket = page.evaluate(f"JSON.parse(localStorage.getItem('vq-ticket:limited-drop:{target_id}:7'))")
@@ -217,11 +218,7 @@ def test_a_pass_used_elsewhere_or_run_out_says_so(shopper, stack, target_id):
 
 
 def test_sold_out_tells_the_line_at_its_next_poll_and_newcomers_at_once(shopper, stack, target_id):
-    # One a second on paper, so the server advises a poll about every second; only the test ticks.
-    stack.configure(target_id, batch=60, tickMs=60_000)
-    stack.enter(target_id, 1)
-    open_page(shopper, stack, target_id, 7)
-    shopper.expect_view("waiting")
+    wait_second_in_line(shopper, stack, target_id)
     stack.configure(target_id, batch=60, tickMs=60_000, soldOut=True)
     shopper.expect_view("soldout")
     assert shopper.heading() == shopper.t["soldout_h"]
@@ -251,11 +248,7 @@ def test_queue_off_goes_straight_to_buy(shopper, stack):
 
 def test_status_the_page_does_not_know_gets_a_neutral_view_and_polling_goes_on(shopper, stack, target_id):
     page = shopper.page
-    # One a second on paper, so the server advises a poll about every second; only the test ticks.
-    stack.configure(target_id, batch=60, tickMs=60_000)
-    stack.enter(target_id, 1)
-    open_page(shopper, stack, target_id, 7)
-    shopper.expect_view("waiting")
+    wait_second_in_line(shopper, stack, target_id)
     # A newer server's status (and no pollAfterMs) stands in for the real answer for a while.
     polls = []
 
@@ -274,10 +267,7 @@ def test_status_the_page_does_not_know_gets_a_neutral_view_and_polling_goes_on(s
 
 def test_polls_follow_the_servers_pollAfterMs(shopper, stack, target_id):
     page = shopper.page
-    stack.configure(target_id, batch=60, tickMs=60_000)
-    stack.enter(target_id, 1)
-    open_page(shopper, stack, target_id, 7)
-    shopper.expect_view("waiting")
+    wait_second_in_line(shopper, stack, target_id)
     # The server's advice, varied from the test: often near the front, rarely far from it.
     advice = {"pollAfterMs": 400}
     polls = []
