@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, NoReturn
 from chalicelib.config import Settings
 from chalicelib.errors import (
     EntryTokenUsed, InvalidArgument, OriginNotConfigured, OriginUnavailable, QueueBypassDenied, QueueUnavailable,
+    UnknownTarget,
 )
 from chalicelib.flags import QueueSwitch
 from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
@@ -142,14 +143,18 @@ class PurchaseGate:
         if self.outage.holds(token):
             raise EntryTokenUsed("this entry token has already bought once")
         try:
-            consumption = self.store.consume(token, consumption_id, int(now * 1000))
+            consumption = self.store.consume(
+                token, consumption_id, int(now * 1000), self.settings.targets_open_on_first_use)
         except StoreFull as err:
-            # Full is not down: without a marker there is no purchase.
-            count("RedisOutOfMemory", token.target)
+            # Full is not down: without a marker there is no purchase. (Redis could not say whether the target is
+            # known: counted for the whole service, as every count made without Redis.)
+            count("RedisOutOfMemory")
             logger.error("queue state is out of memory at purchase", extra={"target": str(token.target), "reason": str(err)[:200]})
             raise QueueUnavailable(self.settings.retry_after_s) from None
         except StoreUnavailable as err:
             return self._use_unrecorded(token, consumption_id, now, err)
+        if consumption == Consumption.UNKNOWN_TARGET:
+            raise UnknownTarget("no such queue: an operator opens one with PUT .../config")
         if consumption == Consumption.REVOKED:
             self._deny(token.target, "this entry token was given up when its holder left the queue")
         if consumption == Consumption.USED:
@@ -160,13 +165,13 @@ class PurchaseGate:
         return _Use(token, consumption_id, retry=consumption == Consumption.RETRY, recorded=True)
 
     def _use_unrecorded(self, token: EntryToken, consumption_id: str, now: float, err: StoreUnavailable) -> _Use:
-        count("RedisDegraded", token.target)
+        count("RedisDegraded")
         logger.warning("queue state unavailable at purchase", extra={"target": str(token.target), "reason": str(err)})
         if not self.settings.fail_open:
             raise QueueUnavailable(self.settings.retry_after_s) from None
         if not self.outage.take(token, now):
             raise EntryTokenUsed("this entry token has already bought once")
-        count("PurchaseUnrecorded", token.target)
+        count("PurchaseUnrecorded")
         # The token id names the purchase (it is the Idempotency-Key the shop got); the token itself is never logged.
         logger.warning("purchase not recorded in queue state; written back when Redis answers",
                        extra={"target": str(token.target), "token_id": token.token_id})
@@ -201,7 +206,7 @@ class PurchaseGate:
             else:
                 settled = self.store.mark_unknown(use.token, use.consumption_id)
         except StoreUnavailable as err:
-            count("RedisDegraded", use.token.target)
+            count("RedisDegraded")
             logger.warning("purchase outcome not recorded", extra={"target": str(use.token.target), "reason": str(err)})
             return
         if settled and give_back:

@@ -275,7 +275,8 @@ class WaitingRoom:
 
     def _direct(self, target: Target, user_id: int, now: float) -> QueueEntry:
         token = self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)
-        count("DirectAdmitted", target)
+        # For the whole service: with Redis down (or skipped) nobody can say whether the target is known.
+        count("DirectAdmitted")
         return QueueEntry("DIRECT_ADMITTED", entry_token=token)
 
     def _degraded(self, target: Target, user_id: int, now: float, err: StoreUnavailable) -> QueueEntry:
@@ -285,12 +286,12 @@ class WaitingRoom:
         return self._direct(target, user_id, now)
 
     def _record_degraded(self, target: Target, err: StoreUnavailable) -> None:
-        count("RedisDegraded", target)
+        count("RedisDegraded")
         logger.warning("queue state unavailable", extra={"target": str(target), "reason": str(err)})
 
     def _full(self, target: Target, err: StoreFull) -> QueueUnavailable:
         """Redis is out of memory: refuse, never let in (and the breaker does not count it as an outage)."""
-        count("RedisOutOfMemory", target)
+        count("RedisOutOfMemory")
         logger.error("queue state is out of memory; refusing", extra={"target": str(target), "reason": str(err)[:200]})
         return QueueUnavailable(self.settings.retry_after_s)
 

@@ -57,6 +57,7 @@ class Consumption:
     RETRY = "RETRY"  # an earlier purchase's outcome was unknown: this one forwards it again, under the same key
     USED = "USED"
     REVOKED = "REVOKED"  # its holder left the queue
+    UNKNOWN_TARGET = "UNKNOWN_TARGET"  # no operator opened the token's target: nothing was written
 
 
 class StoreUnavailable(Exception):
@@ -392,13 +393,14 @@ class QueueStore:
         )
         return OtherEntry() if left == -1 else left == 1
 
-    def consume(self, token: EntryToken, consumption_id: str, now_ms: int) -> str:
-        """Use `token` for a purchase: a `Consumption`. The marker lives the token's life and the clock-skew margin."""
+    def consume(self, token: EntryToken, consumption_id: str, now_ms: int, open_on_first_use: bool = False) -> str:
+        """Use `token` for a purchase: a `Consumption`. The marker lives the token's life and the clock-skew margin.
+        Its target must be known (an operator opened it), unless targets `open_on_first_use`."""
         k = self.keys(token.target)
         ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
         return self._guarded(
-            self._consume, [k.consumed(token.token_id), k.active, k.revoked],
-            [consumption_id, ttl_ms, token.user_id, token.token_id],
+            self._consume, [k.consumed(token.token_id), k.active, k.revoked, k.config],
+            [consumption_id, ttl_ms, token.user_id, token.token_id, int(open_on_first_use)],
         )
 
     def restore(self, token: EntryToken, consumption_id: str) -> bool:

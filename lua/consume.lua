@@ -3,10 +3,16 @@
 --                    forwarded purchase had no certain outcome (lives the token's life plus a clock-skew margin)
 -- KEYS[2] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token (for maxActive)
 -- KEYS[3] revoked    zset: token id -> until when (ms) it stays refused; tokens given up by a leaving holder
+-- KEYS[4] config     hash: known_since_ms once an operator opened the target
 -- ARGV[1] a fresh consumption id, so only this consumption can settle or restore the token
 -- ARGV[2] the marker's TTL (ms)   ARGV[3] the token's user id   ARGV[4] the token id
+-- ARGV[5] '1': targets open on first use (VQ_TARGETS_OPEN_ON_FIRST_USE), so none is unknown, else '0'
 -- Returns 'FIRST' (this call consumed the token), 'RETRY' (it takes over a purchase of unknown outcome, to be
--- forwarded again under the same Idempotency-Key), 'USED' or 'REVOKED'.
+-- forwarded again under the same Idempotency-Key), 'USED', 'REVOKED' or 'UNKNOWN_TARGET' (nothing was written:
+-- a token minted with the queue off or Redis down names whatever target the caller asked for).
+if ARGV[5] ~= '1' and redis.call('HEXISTS', KEYS[4], 'known_since_ms') == 0 then
+  return 'UNKNOWN_TARGET'
+end
 if redis.call('ZSCORE', KEYS[3], ARGV[4]) then
   return 'REVOKED'
 end

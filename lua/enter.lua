@@ -36,13 +36,14 @@ local config = redis.call('HMGET', KEYS[8], 'batch', 'tick_ms', 'max_waiting', '
 if config[9] and ARGV[12] ~= '*' and config[9] ~= ARGV[12] then
   return {'FLAG', config[9]}
 end
+-- An unknown target is refused even with the queue off: a direct entry token for it would buy nothing.
+if not config[6] and ARGV[11] ~= '1' then
+  return {'UNKNOWN_TARGET'}
+end
 if ARGV[13] == '0' then
   return {'OFF'}
 end
 if not config[6] then
-  if ARGV[11] ~= '1' then
-    return {'UNKNOWN_TARGET'}
-  end
   redis.call('HSET', KEYS[8], 'known_since_ms', now)
 end
 local held = redis.call('GET', KEYS[5])

@@ -225,7 +225,8 @@ def test_redis_unreachable_lets_the_purchase_through_and_counts_it(api, env, ori
     env(REDIS_URL=f"redis://127.0.0.1:{closed_port()}")
     bought = buy(api, mint(signer))
     assert bought.status_code == 201 and len(origin.requests) == 1
-    assert counted(capsys.readouterr().out, "RedisDegraded") == [{"target": "limited-drop:42", "service": "virtual-queue"}]
+    # For the whole service only: without Redis nobody can say whether the token's target is known.
+    assert counted(capsys.readouterr().out, "RedisDegraded") == [{"service": "virtual-queue"}]
 
 
 def test_redis_unreachable_still_denies_a_bad_token(api, env, origin):
@@ -299,8 +300,9 @@ def token_of(token_id, user=7):
 
 
 def consume_with_ttl(store, token, consumption_id, ttl_ms):
-    """Consume as if `ttl_ms` of the token's life were left; True if this call used the token."""
-    return store.consume(token, consumption_id, token.expires_at * 1000 - ttl_ms) == Consumption.FIRST
+    """Consume as if `ttl_ms` of the token's life were left (on a target open on first use, as in the local
+    stack); True if this call used the token."""
+    return store.consume(token, consumption_id, token.expires_at * 1000 - ttl_ms, True) == Consumption.FIRST
 
 
 def test_stale_restore_never_frees_a_later_consumption(store):

@@ -180,13 +180,30 @@ def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_an
         room.enter(DROP, 3)
 
 
-def test_an_unknown_target_is_not_marked_sold_out_by_the_shop(env, origin, client, prefix):
+def test_a_direct_entry_token_for_an_unknown_target_buys_nothing(env, origin, client, prefix, capsys):
+    # Minted with the queue off or Redis down, a token names whatever target the caller asked for.
     env(VQ_TARGETS_OPEN_ON_FIRST_USE="false")
     from tests.test_purchase import mint, request_for
 
     origin.answer_headers = {"X-Queue-Sold-Out": "true"}
-    runtime.purchase_gate().purchase(request_for(mint(runtime.signer())))
-    # Only the token's one-time marker: no configuration, no purchase notes, no counters.
-    assert [key.rsplit(":", 2)[-2] for key in keys_under(client, prefix)] == ["consumed"]
+    capsys.readouterr()
+    with pytest.raises(UnknownTarget):
+        runtime.purchase_gate().purchase(request_for(mint(runtime.signer())))
+    assert origin.requests == [] and keys_under(client, prefix) == []
+    assert "limited-drop:42" not in capsys.readouterr().out
     with pytest.raises(UnknownTarget):
         runtime.waiting_room().enter(DROP, 7)
+
+
+def test_with_the_queue_off_an_unknown_target_is_still_404_and_a_known_one_lets_users_in(closed_api, env, tmp_path,
+                                                                                          capsys):
+    off = tmp_path / "off.json"
+    off.write_text(json.dumps({"virtual_queue_enabled": {"default": False}}))
+    env(VQ_FLAGS_FILE=off)
+    capsys.readouterr()
+    unknown = enter(closed_api, 7)
+    assert unknown.status_code == 404 and unknown.json_body["code"] == "UNKNOWN_TARGET"
+    assert put_config(closed_api, {}).status_code == 200
+    assert enter(closed_api, 7).json_body["status"] == "DIRECT_ADMITTED"
+    # Counted for the whole service only: a direct admission made with Redis down cannot tell a known target.
+    assert counted(capsys.readouterr().out, "DirectAdmitted") == [{"service": "virtual-queue"}]
