@@ -15,6 +15,7 @@ from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.store import CLOCK_SKEW_MARGIN_MS, Consumption, QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken
+from tests.buying import buy_at_once
 from tests.observed import counted, log_lines  # noqa: F401  (a fixture)
 
 DROP = Target("limited-drop", 42)
@@ -160,21 +161,7 @@ def test_concurrent_retries_of_an_unknown_outcome_are_forwarded_one_at_a_time(ga
     token = mint(signer)
     assert gate.purchase(request_for(token)).status == 503
     origin.delay_s = 0.3
-    start = threading.Barrier(10)
-    outcomes = []
-
-    def retry():
-        start.wait()
-        try:
-            outcomes.append(gate.purchase(request_for(token)).status)
-        except EntryTokenUsed:
-            outcomes.append("used")
-
-    threads = [threading.Thread(target=retry) for _ in range(10)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = buy_at_once(gate, request_for(token), 10)
     assert sorted(outcomes, key=str) == [201] + ["used"] * 9
     assert len(origin.requests) == 2 and origin.orders_per_key() == {token.token_id: 1}
 
@@ -247,21 +234,7 @@ def test_redis_unreachable_with_fail_mode_closed_refuses_without_the_downstream(
 
 def test_50_concurrent_purchases_with_one_token_reach_the_downstream_once(gate, origin, signer):
     token = mint(signer)
-    start = threading.Barrier(50)
-    outcomes = []
-
-    def purchase():
-        start.wait()
-        try:
-            outcomes.append(gate.purchase(request_for(token)).status)
-        except EntryTokenUsed:
-            outcomes.append("used")
-
-    threads = [threading.Thread(target=purchase) for _ in range(50)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = buy_at_once(gate, request_for(token), 50)
     assert sorted(outcomes, key=str) == [201] + ["used"] * 49
     assert len(origin.requests) == 1
 

@@ -18,7 +18,6 @@ every verdict clear of the few seconds of real time a run takes.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import uuid
 
@@ -34,6 +33,7 @@ from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryGrant, EntryToken, TokenSigner
+from tests.buying import buy_at_once
 from tests.downstream import Origin
 
 DROP = Target("limited-drop", 42)
@@ -273,21 +273,7 @@ class QueueMachine(RuleBasedStateMachine):
         token = self.tokens.get(user)
         if token is None:
             return
-        answers = []
-
-        def one():
-            try:
-                answers.append(self.purchase(token).status)
-            except EntryTokenUsed:
-                answers.append("used")
-            except QueueBypassDenied:
-                answers.append("revoked")
-
-        threads = [threading.Thread(target=one) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        answers = buy_at_once(self.gate, self.request(token), 4)
         state = self.token_state.get(token.token_id)
         if state == "revoked":
             assert answers == ["revoked"] * 4
@@ -304,10 +290,13 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.store.restore(token, "not-the-consumption-that-used-it") is False
 
     def purchase(self, token):
-        return self.gate.purchase(PurchaseRequest(
+        return self.gate.purchase(self.request(token))
+
+    def request(self, token):
+        return PurchaseRequest(
             target_type=DROP.type, target_id=str(DROP.id), entry_token=token.text, user_id=str(token.user_id),
             authorizer=None, body=b"{}", content_type="application/json",
-        ))
+        )
 
     # --- after every step ---
 
