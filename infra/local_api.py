@@ -26,7 +26,9 @@ import sys
 import threading
 from pathlib import Path
 
+from chalice import Chalice
 from chalice.cli.factory import CLIFactory
+from chalice.config import Config
 from chalice.deploy.validate import validate_routes
 from chalice.local import ChaliceRequestHandler, LocalDevServer, ThreadedHTTPServer
 
@@ -58,20 +60,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1),
                         help="processes serving the socket (a worker waits on Redis part of the time)")
     args = parser.parse_args(argv)
-
-    # The factory writes the config's variables into the mapping it is given: a copy, so they cannot override.
-    factory = CLIFactory(str(ROOT), environ=dict(os.environ))
-    config = factory.create_config_obj(chalice_stage_name=args.stage)
-    for name, value in config.environment_variables.items():
-        os.environ.setdefault(name, value)
-    app = config.chalice_app
-    validate_routes(app.routes)
+    app, config = load_app(args.stage)
     # Bound and listening before the fork, so every worker accepts from the one socket. Nothing has connected
     # to Redis yet: each worker makes its own clients on its first request.
     server = LocalDevServer(app, config, args.host, args.port, handler_cls=_Handler, server_cls=_Server)
     workers = [_fork(server) for _ in range(args.workers)]
     print(f"Serving on http://{args.host}:{args.port} with {len(workers)} workers", flush=True)
     return _supervise(workers)
+
+
+def load_app(stage: str = "dev") -> tuple[Chalice, Config]:
+    """The app and its stage's configuration, as `chalice local` loads them, but the environment wins."""
+    # The factory writes the config's variables into the mapping it is given: a copy, so they cannot override.
+    factory = CLIFactory(str(ROOT), environ=dict(os.environ))
+    config = factory.create_config_obj(chalice_stage_name=stage)
+    for name, value in config.environment_variables.items():
+        os.environ.setdefault(name, value)
+    validate_routes(config.chalice_app.routes)
+    return config.chalice_app, config
 
 
 def _fork(server: LocalDevServer) -> int:

@@ -14,7 +14,10 @@ API_GATEWAY_REST_PER_MILLION = 3.50
 # Lambda (x86): per million invocations, and per GB-second of billed duration (rounded up to the millisecond).
 LAMBDA_PER_MILLION = 0.20
 LAMBDA_PER_GB_SECOND = 0.0000166667
-# ElastiCache for Valkey, node-based: per node-hour of the template's default node type (Redis OSS costs 20% more).
+# ElastiCache for Valkey, node-based: per node-hour of the template's default node type. UNCONFIRMED: no
+# stored copy of the ElastiCache price list gave this node type's on-demand rate when searched (December 2026),
+# and the figure was written down without a source. Check it before relying on it; at two nodes it is cents
+# for a sale of minutes, beside dollars of gateway fees.
 CACHE_NODE_HOUR = {"cache.r7g.large": 0.175}
 
 

@@ -11,11 +11,16 @@ SETTLE_S = 10
 WINDOW_S = 5  # the shop's p95 is also taken per window this long
 
 
+def sold_out_at(shop: dict) -> float | None:
+    """When the shop sold its last unit (epoch seconds), or None if it did not sell out."""
+    orders = shop["orders"]
+    return max(order["at"] for order in orders) if len(orders) >= shop["stockPerItem"] else None
+
+
 def sold_out(users, shop: dict, started: float) -> dict:
     """When the last unit sold, and for everyone who did not buy because it had: how long they waited in all,
     and (told by the queue) how soon after the last sale, against the poll interval they were on."""
-    orders = shop["orders"]
-    last_sale = max(order["at"] for order in orders) if len(orders) >= shop["stockPerItem"] else None
+    last_sale = sold_out_at(shop)
     groups = {
         "told by the queue (SOLD_OUT on a poll)": [u for u in users if u.outcome == "told sold out"],
         "told by the shop after their turn came": [u for u in users if u.outcome == "sold out"],

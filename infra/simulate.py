@@ -21,9 +21,13 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import heapq
 import http.client
+import itertools
 import json
+import multiprocessing
 import os
+import queue
 import random
 import socket
 import sys
@@ -43,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 
+from chalice.local import LocalGateway, LocalGatewayException  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from chalicelib.pump import Pump, TickReport  # noqa: E402
@@ -51,11 +56,16 @@ from infra.local_stack import LocalStack  # noqa: E402
 from infra.simulation_report import ENTRIES, KINDS, PURCHASE, TARGET, analyse, plot, summary, target_tick  # noqa: E402
 
 
+ARRIVALS_PER_S = 2500  # the default burst's rate, for a crowd of more than 5,000
+
+
 def parse_options(argv: list[str] | None) -> argparse.Namespace:
     """The command line's knobs (`--help`)."""
     parser = argparse.ArgumentParser(description="Simulate a flash-sale crowd against the local stack.")
     parser.add_argument("--users", type=int, default=5000)
-    parser.add_argument("--arrival-s", type=float, default=2.0, help="the burst: arrivals spread over this long")
+    parser.add_argument("--arrival-s", type=float,
+                        help="the burst: arrivals spread over this long (default: 2 s, or 2,500 arrivals a second "
+                             "for a larger crowd: what this machine enters while it answers the polls of those in line)")
     parser.add_argument("--abandon", type=float, default=0.1,
                         help="share of users who give up while waiting (half leave, half stop polling)")
     parser.add_argument("--double-click", type=float, default=0.05,
@@ -67,6 +77,11 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
                         help="evict users silent this long (the server's poll advice follows it)")
     parser.add_argument("--max-waiting", type=int, help="capacity of the line (default: the stack's)")
     parser.add_argument("--threads", type=int, default=16, help="most requests of each kind in flight at once")
+    parser.add_argument("--transport", choices=("inproc", "http"), default="inproc",
+                        help="inproc: the crowd's processes call the app as Lambda does (API Gateway's event, no "
+                             "HTTP server); http: every call goes to the local API over HTTP (purchases always do)")
+    parser.add_argument("--crowd-processes", type=int,
+                        help="inproc: processes that run the crowd, each calling the app (default: two per core)")
     parser.add_argument("--workers", type=int, help="the local API's processes (default: two per core)")
     # The shop and the sale's controls (infra/sale_scenarios.py runs the comparisons with them).
     parser.add_argument("--shop-capacity", type=float,
@@ -79,7 +94,10 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--key-prefix", help="Redis key prefix (default: a fresh one per run)")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "simulation")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
-    return parser.parse_args(argv)
+    options = parser.parse_args(argv)
+    if options.arrival_s is None:
+        options.arrival_s = max(2.0, options.users / ARRIVALS_PER_S)
+    return options
 
 
 class RecordingPump(Pump):
@@ -108,32 +126,65 @@ class Answer:
         return self.body.get("code") if isinstance(self.body, dict) else None
 
 
-class Api:
-    """Calls to the API from fixed pools of threads (the bound on requests in flight), each thread with its
-    own kept-alive connection. Notes when each call was sent, its latency, and how long it waited for a free
-    thread, by kind; and every failure of the API.
+class CallRecord:
+    """What the crowd's calls met, by kind: when each was due (the load the crowd asked), when it was sent,
+    its latency, how long it waited before it could be sent (the API's backlog here: users hear of their
+    admission that much later); every API failure."""
 
-    When the crowd asks more than the local API can answer, requests wait here for a thread: that wait is
-    the API's backlog, and users hear of their admission that much later.
-    """
+    def __init__(self) -> None:
+        # One list per kind made up front: threads only append (atomic), never insert a key.
+        self.latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        self.due: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        self.sent: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        self.backlog: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        self.failures: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, other: "CallRecord") -> None:
+        for mine, theirs in ((self.latencies, other.latencies), (self.due, other.due), (self.sent, other.sent),
+                             (self.backlog, other.backlog)):
+            for kind, values in theirs.items():
+                mine[kind].extend(values)
+        self.failures.update(other.failures)
+
+    def _fail(self, what: str) -> None:
+        with self._lock:
+            self.failures[what] += 1
+
+    def __getstate__(self) -> dict:  # sent home from a worker process: without the lock
+        return {name: value for name, value in vars(self).items() if name != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        vars(self).update(state)
+        self._lock = threading.Lock()
+
+
+class Api(CallRecord):
+    """The local API over HTTP (`--transport http`): calls from fixed pools of threads (the bound on requests
+    in flight), each thread with its own kept-alive connection. When the crowd asks more than the local API
+    answers, requests wait here for a thread: that wait is the backlog."""
 
     def __init__(self, url: str, threads: int) -> None:
+        super().__init__()
         self.host, port = url.removeprefix("http://").split(":")
         self.port = int(port)
         # A pool per kind of call: polls do not queue behind a burst of arrivals (nor purchases behind polls,
         # as a Buy click in a browser does not), or admitted users would hear of it late and all at once.
         self.pools = {kind: ThreadPoolExecutor(threads, thread_name_prefix=kind) for kind in KINDS}
-        # One list per kind made up front: the pool's threads only append (atomic), never insert a key.
-        self.latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
-        self.sent: dict[str, list[float]] = {kind: [] for kind in KINDS}
-        self.backlog: dict[str, list[float]] = {kind: [] for kind in KINDS}
-        self.failures: Counter[str] = Counter()
         self._local = threading.local()
-        self._lock = threading.Lock()
 
     async def call(self, kind: str, method: str, path: str, headers: dict, body: bytes | None = None) -> Answer:
         return await asyncio.get_running_loop().run_in_executor(
             self.pools[kind], self._call, time.perf_counter(), kind, method, path, headers, body)
+
+    async def clicks(self, n: int, method: str, path: str, headers: dict, body: bytes) -> list[Answer]:
+        """The same purchase sent `n` times at once (a double click)."""
+        return list(await asyncio.gather(*(self.call("purchase", method, path, headers, body) for _ in range(n))))
+
+    async def sleep(self, seconds: float) -> float:
+        """Sleep; the time it ended."""
+        await asyncio.sleep(seconds)
+        return time.time()
 
     def close(self) -> None:
         for pool in self.pools.values():
@@ -146,6 +197,7 @@ class Api:
         started = time.perf_counter()
         sent_at = time.time()
         self.backlog[kind].append(started - submitted)
+        self.due[kind].append(sent_at - (started - submitted))
         self.sent[kind].append(sent_at)
         try:
             connection.request(method, path, body=body, headers=headers)
@@ -162,9 +214,124 @@ class Api:
         retry_after_s = float(response.getheader("Retry-After") or 0)
         return Answer(response.status, json.loads(data) if data else None, retry_after_s, sent_at, time.time())
 
-    def _fail(self, what: str) -> None:
-        with self._lock:
-            self.failures[what] += 1
+
+class _Yield:
+    """What a journey awaits in a worker process: handed to the worker's loop (InProcessApi.run), which
+    sends the outcome back."""
+
+    def __init__(self, *what: object) -> None:
+        self.what = what
+
+    def __await__(self):
+        return (yield self)
+
+
+class InProcessApi(CallRecord):
+    """The app called as Lambda calls it (`--transport inproc`), in one of the simulator's worker processes.
+
+    Deployed, API Gateway turns each request into a proxy event and Lambda calls the app with it; here
+    chalice's LocalGateway (what the local server runs for every request, and what makes the same event)
+    does that in this process, without the HTTP server, which is not part of the deployed system. Each
+    worker owns a share of the users; its loop wakes each journey when its next poll is due and answers
+    the poll at once, one at a time (one container). When it falls behind, due polls and due arrivals take
+    turns: a burst of arrivals does not hold up the polls of those in line (as the HTTP transport's pools per
+    kind keep them apart), nor do the polls keep arrivals out of the line. Purchases go over HTTP
+    to the local API (`http`), so that a double click is two requests at once.
+    """
+
+    def __init__(self, gateway: LocalGateway, http: Api, threads: int) -> None:
+        super().__init__()
+        self.gateway = gateway
+        self.http = http
+        self._waiter = ThreadPoolExecutor(threads, thread_name_prefix="clicks")
+
+    async def call(self, kind: str, method: str, path: str, headers: dict, body: bytes | None = None) -> Answer:
+        return await _Yield("call", kind, method, path, headers, body)
+
+    async def clicks(self, n: int, method: str, path: str, headers: dict, body: bytes) -> list[Answer]:
+        return await _Yield("clicks", n, method, path, headers, body)
+
+    async def sleep(self, seconds: float) -> float:
+        """Sleep; the time it was due to end (this worker may have been busy past it)."""
+        return await _Yield("sleep", seconds)
+
+    def run(self, journeys: list[tuple[float, object]], progress) -> None:
+        """Run the journeys (each with when it starts) until all have ended; `progress()` after each."""
+        arrivals = [(at, n, journey) for n, (at, journey) in enumerate(journeys)]
+        heapq.heapify(arrivals)
+        timers: list[tuple[float, int, object, object]] = []  # (due, n, journey, what to send it)
+        purchased: queue.SimpleQueue = queue.SimpleQueue()  # (journey, answers) from the purchase threads
+        order = itertools.count(len(journeys))
+        arrival_turn = itertools.cycle((True, False))  # whose turn, when both a poll and an arrival are due
+        running = len(journeys)
+        while running:
+            now = due = time.time()
+            if not purchased.empty():
+                journey, value = purchased.get()
+            elif arrivals and arrivals[0][0] <= now and (not timers or timers[0][0] > now or next(arrival_turn)):
+                due, _, journey = heapq.heappop(arrivals)
+                value = None
+            elif timers and timers[0][0] <= now:
+                due, _, journey, value = heapq.heappop(timers)
+            else:
+                nearest = min(timers[0][0] if timers else now + 1, arrivals[0][0] if arrivals else now + 1)
+                try:
+                    journey, value = purchased.get(timeout=max(0.0, nearest - now))
+                except queue.Empty:
+                    continue
+            # Step the journey until it sleeps, clicks Buy, or ends; its calls are answered on the way.
+            while True:
+                try:
+                    step = journey.send(value).what
+                except StopIteration:
+                    running -= 1
+                    progress()
+                    break
+                if step[0] == "sleep" and step[1] <= 0:
+                    value = due  # due already (an arrival): on at once, still due when it was
+                    continue
+                if step[0] == "sleep":
+                    wakes = time.time() + step[1]
+                    heapq.heappush(timers, (wakes, next(order), journey, wakes))
+                    break
+                if step[0] == "clicks":
+                    self._click(journey, purchased, *step[1:])
+                    break
+                value = self._answer(due, *step[1:])
+
+    def record(self) -> CallRecord:
+        """Everything this worker's calls met, purchases included (after the last journey)."""
+        self._waiter.shutdown()
+        self.http.close()
+        record = CallRecord()
+        record.add(self)
+        record.add(self.http)
+        return record
+
+    def _answer(self, due: float, kind: str, method: str, path: str, headers: dict, body: bytes | None) -> Answer:
+        started, sent_at = time.perf_counter(), time.time()
+        self.backlog[kind].append(max(0.0, sent_at - due))
+        self.due[kind].append(min(due, sent_at))
+        self.sent[kind].append(sent_at)
+        try:
+            response = self.gateway.handle_request(method, path, headers, body)
+        except LocalGatewayException:  # no such route: never asked by the crowd
+            self._fail("no route")
+            return Answer(0, None, 1.0, sent_at, time.time())
+        self.latencies[kind].append(time.perf_counter() - started)
+        status = response["statusCode"]
+        if status >= 500:
+            self._fail(str(status))
+        retry_after_s = float(response["headers"].get("Retry-After") or 0)
+        return Answer(status, json.loads(response["body"]) if response["body"] else None, retry_after_s, sent_at,
+                      time.time())
+
+    def _click(self, journey, purchased: queue.SimpleQueue, n: int, method: str, path: str, headers: dict,
+               body: bytes) -> None:
+        submitted = time.perf_counter()
+        calls = [self.http.pools["purchase"].submit(self.http._call, submitted, "purchase", method, path, headers, body)
+                 for _ in range(n)]
+        self._waiter.submit(lambda: purchased.put((journey, [call.result() for call in calls])))
 
 
 @dataclass
@@ -207,21 +374,20 @@ def plan_users(options: argparse.Namespace, rng: random.Random) -> list[User]:
     ]
 
 
-async def journey(user: User, api: Api, started: float, signer: TokenSigner) -> None:
+async def journey(user: User, api: "Api | InProcessApi", started: float, signer: TokenSigner) -> None:
     """Arrive, wait in line as long as the server says between polls (or give up), buy."""
-    await asyncio.sleep(max(0.0, started + user.arrives_s - time.time()))
+    await api.sleep(max(0.0, started + user.arrives_s - time.time()))
     entry = await enter(user, api, signer)
     while entry is not None and entry["status"] in ("WAITING", "PRE_QUEUE"):
         delay = user.poll_after_s = entry["pollAfterMs"] / 1000
         if user.gives_up_s is not None and time.time() + delay >= user.entered_at + user.gives_up_s:
-            await asyncio.sleep(max(0.0, user.entered_at + user.gives_up_s - time.time()))
+            await api.sleep(max(0.0, user.entered_at + user.gives_up_s - time.time()))
             if user.leaves:
                 await api.call("leave", "DELETE", ENTRIES + "/me", user_headers(user))
             user.outcome = "left" if user.leaves else "stopped polling"
             user.stopped_waiting_at = time.time()
             return
-        await asyncio.sleep(delay)
-        user.last_poll_due_at = time.time()
+        user.last_poll_due_at = await api.sleep(delay)
         answer = await api.call("status", "GET", ENTRIES + "/me", user_headers(user))
         if answer.status == 200:
             entry = answer.body
@@ -229,7 +395,7 @@ async def journey(user: User, api: Api, started: float, signer: TokenSigner) -> 
             user.reentries += 1
             entry = await enter(user, api, signer)
         elif answer.retry_after_s:
-            await asyncio.sleep(answer.retry_after_s)  # then poll again after the last advice
+            await api.sleep(answer.retry_after_s)  # then poll again after the last advice
         else:
             user.outcome = f"status answered {answer.status} {answer.code}"
             user.stopped_waiting_at = time.time()
@@ -242,7 +408,7 @@ async def journey(user: User, api: Api, started: float, signer: TokenSigner) -> 
         await buy(user, entry["entryToken"], api)
 
 
-async def enter(user: User, api: Api, signer: TokenSigner) -> dict | None:
+async def enter(user: User, api: "Api | InProcessApi", signer: TokenSigner) -> dict | None:
     """Join the line, retrying after Retry-After while it is full; the entry, or None on a refusal."""
     while True:
         answer = await api.call("enter", "POST", ENTRIES, {"X-User-Id": str(user.id)})
@@ -258,15 +424,13 @@ async def enter(user: User, api: Api, signer: TokenSigner) -> dict | None:
             user.outcome = f"enter answered {answer.status} {answer.code}"
             return None
         user.full_retries += 1
-        await asyncio.sleep(answer.retry_after_s)
+        await api.sleep(answer.retry_after_s)
 
 
-async def buy(user: User, token: str, api: Api) -> None:
+async def buy(user: User, token: str, api: "Api | InProcessApi") -> None:
     """Send the purchase with the entry token (twice at once for a double-clicker); note what came back."""
     headers = {**user_headers(user), "X-Entry-Token": token, "Content-Type": "application/json"}
-    clicks = 2 if user.double_clicks else 1
-    answers = await asyncio.gather(*(
-        api.call("purchase", "POST", PURCHASE, headers, b'{"quantity": 1}') for _ in range(clicks)))
+    answers = await api.clicks(2 if user.double_clicks else 1, "POST", PURCHASE, headers, b'{"quantity": 1}')
     user.purchase_answers = [answer.code or answer.status for answer in answers]
     user.finished_at = max(answer.received_at for answer in answers)
     outcomes = {201: "bought", "SOLD_OUT": "sold out", "ALREADY_ORDERED": "already ordered"}
@@ -298,6 +462,62 @@ async def run_crowd(users: list[User], api: Api, pump: RecordingPump, signer: To
         await asyncio.gather(*(one(user) for user in users))
         shown.cancel()
     return started
+
+
+def _worker(env: dict, users: list[User], api_url: str, threads: int, keyring, ready, started, go, done,
+            results) -> None:
+    """One of the simulator's worker processes (`--transport inproc`): the app, and a share of the crowd."""
+    os.environ.update(env)
+    from infra.local_api import load_app
+
+    api = InProcessApi(LocalGateway(*load_app()), Api(api_url, threads), threads)
+    signer = TokenSigner(keyring)
+    ready.release()
+    go.wait()
+    journeys = [(started.value + user.arrives_s, journey(user, api, started.value, signer)) for user in users]
+
+    def progress() -> None:
+        with done.get_lock():
+            done.value += 1
+
+    api.run(journeys, progress)
+    results.put((users, api.record()))
+
+
+def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse.Namespace) -> tuple[float, CallRecord]:
+    """Run every user's journey in `--crowd-processes` processes, each calling the app itself for its share of the
+    users, until the last one ends; the start time, the users as they ended, and what the calls met."""
+    context = multiprocessing.get_context("spawn")  # not fork: this process runs the pump's thread
+    workers = options.crowd_processes or 2 * (os.cpu_count() or 1)
+    ready, started, go = context.Semaphore(0), context.Value("d", 0.0), context.Event()
+    done, results = context.Value("i", 0), context.Queue()
+    processes = [context.Process(target=_worker, daemon=True, args=(
+        stack.env, users[k::workers], stack.api_url, options.threads, stack.settings.keyring, ready, started, go,
+        done, results)) for k in range(workers)]
+    for process in processes:
+        process.start()
+    for _ in processes:  # every worker has loaded the app: the crowd starts now
+        if not ready.acquire(timeout=60):
+            raise SystemExit("a simulator worker did not start")
+    started.value = time.time()
+    go.set()
+    record, ended = CallRecord(), []
+    with tqdm(total=len(users), unit="user", desc="journeys done", disable=not options.progress) as bar:
+        while len(ended) < workers:
+            try:
+                part, calls = results.get(timeout=0.5)
+                ended.append(part)
+                record.add(calls)
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in processes):
+                    raise SystemExit("a simulator worker died")
+            last = target_tick(stack.pump.ticks[-1][1]) if stack.pump.ticks else None
+            bar.set_postfix(waiting=last.waiting if last else 0, refresh=False)
+            bar.update(done.value - bar.n)
+    for process in processes:
+        process.join()
+    users[:] = sorted((user for part in ended for user in part), key=lambda user: user.id)
+    return started.value, record
 
 
 def shop_options(options: argparse.Namespace) -> dict:
@@ -353,12 +573,14 @@ def main(argv: list[str] | None = None) -> int:
                 api_workers=options.workers, shop_options=shop_options(options),
             ) as stack:
         configure_target(stack.api_url, options)
-        api = Api(stack.api_url, options.threads)
-        # The simulator reads the seq in each user's ticket, to know when the pump let them in.
-        signer = TokenSigner(stack.settings.keyring)
-        started = asyncio.run(run_crowd(users, api, stack.pump, signer, options))
+        if options.transport == "inproc":
+            started, api = run_crowd_in_process(users, stack, options)
+        else:
+            api = Api(stack.api_url, options.threads)
+            # The simulator reads the seq in each user's ticket, to know when the pump let them in.
+            started = asyncio.run(run_crowd(users, api, stack.pump, TokenSigner(stack.settings.keyring), options))
+            api.close()
         finished = time.time()
-        api.close()
         report = analyse(options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished)
     # After the stack stopped: the pump's last round of publishing is in the file.
     report["events"] = dict(sorted(collections.Counter(

@@ -30,6 +30,8 @@ SHOP_WINDOW_S = 5  # the shop's load is checked over windows this long
 FIXED_POLL_S = 2.5  # what the waiting-room page did before the server paced it: the comparison
 WINDOW_S = 10  # requests per waiting user are taken over windows this long
 LONG_LINE_SHARE = 0.1  # ... while the line holds at least this share of its longest length
+TRANSPORTS = {"inproc": "the crowd's processes call the app with API Gateway's events; purchases over HTTP",
+              "http": "every call over HTTP to the local API"}
 TARGETS = {"requests per admitted user, share of the fixed poll's": 1 / 5,
            "peak requests/s per waiting user": 0.1, "admission-to-notice p95 s": 2.0}
 
@@ -91,6 +93,9 @@ def analyse(options, users, api, pump, shop, settings, started, finished) -> dic
 
     seen = [u for u in users if u.admitted_at is not None]
     notice = [u.admitted_at - at for u in seen if (at := pump_admitted_at(u)) is not None]
+    # The same without this machine's backlog: from the admission to when the poll that told them was due.
+    notice_due = [u.last_poll_due_at - at for u in seen
+                  if u.last_poll_due_at is not None and (at := pump_admitted_at(u)) is not None]
     eta_errors = [at - u.entered_at - u.eta_s for u in seen if u.eta_s is not None
                   and (at := pump_admitted_at(u)) is not None]
     orders_per_item = Counter(order["item"] for order in shop["orders"])
@@ -102,7 +107,7 @@ def analyse(options, users, api, pump, shop, settings, started, finished) -> dic
     keepers = [u for u in users if u.gives_up_s is None]
     outcomes = Counter(u.outcome for u in users)
 
-    load = _load(users, api, ticks, started, seconds, len(seen))
+    load = _load(users, api, ticks, started, seconds, len(seen), sale_figures.sold_out_at(shop))
     latency = {kind: {"n": len(values), "p50": _round(percentile(values, 0.5), 1000),
                       "p95": _round(percentile(values, 0.95), 1000)}
                for kind, values in api.latencies.items() if values}
@@ -145,15 +150,20 @@ def analyse(options, users, api, pump, shop, settings, started, finished) -> dic
                  "orders": len(shop["orders"]), "refused": shop["refused"], "per_second": shop_series,
                  "admitted_per_second": admitted_per_second},
         "notice_s": {"meaning": "when the user saw ADMITTED minus when the pump's tick admitted them "
-                                "(the poll gap near the front, plus the local API's latency)", **notice_spread},
+                                "(the poll gap near the front, plus the local API's latency and backlog)",
+                     **notice_spread, "poll_due": {"meaning": "when the poll that told them was due, minus when "
+                                                              "they were admitted (without this machine's backlog)",
+                                                   **_spread(notice_due)}},
         "eta_error_s": {"meaning": "when the pump admitted the user minus when etaSeconds (on entry) said",
                         **_spread(eta_errors)},
         "load": load,
         "cost_usd": cost,
         "latency_ms": latency,
         "api": {"requests": answered, "per_s": round(answered / duration, 1),
-                "backlog_s": {"meaning": "how long requests waited for a free connection in the simulator",
-                              **_spread([wait for waits in api.backlog.values() for wait in waits])}},
+                "backlog_s": {"meaning": "how long requests waited after they were due until this machine sent "
+                                         "them (the load figures count them when due)",
+                              **_spread([wait for waits in api.backlog.values() for wait in waits]),
+                              "by_kind": {kind: _spread(waits) for kind, waits in api.backlog.items() if waits}}},
         "oversells": {"units_over_stock": oversold, "second_orders": second_orders,
                       "tokens_used_twice": tokens_used_twice,
                       "double_clicks": sum(len(u.purchase_answers) > 1 for u in users)},
@@ -163,45 +173,55 @@ def analyse(options, users, api, pump, shop, settings, started, finished) -> dic
                                             options.origin_slo_p95_ms),
         "checks": checks,
         "targets": {name: {"target": bound, "measured": _round(measured[name]),
-                           "met": measured[name] is not None and measured[name] <= bound}
+                           "met": None if measured[name] is None else measured[name] <= bound}
                     for name, bound in TARGETS.items()},
         "ok": all(checks.values()),
     }
 
 
-def _load(users, api, ticks, started, seconds, admitted) -> dict:
+def _load(users, api, ticks, started, seconds, admitted, sold_out_at: float | None) -> dict:
     """Requests per admitted user by kind, and per second per 1,000 waiting users: as paced, and as a fixed
-    2.5 s poll would have asked of the same users over the same waits."""
+    2.5 s poll would have asked of the same users over the same waits (a user told sold out would have heard
+    it at their first fixed poll after the last unit sold)."""
     waiting: list[int | None] = [None] * seconds  # users in line each second, from the last tick within it
     for t in ticks:
         waiting[min(seconds - 1, max(0, int(t["t"])))] = t["waiting"]
     for s in range(seconds):
         if waiting[s] is None:
             waiting[s] = waiting[s - 1] if s else 0
+    # When each request was due: the load the crowd asked (sent, it may have waited for this machine).
     paced_series = [0] * seconds
-    for times in api.sent.values():
+    for times in api.due.values():
         for second, n in enumerate(_per_second(times, started, seconds)):
             paced_series[second] += n
     # The fixed poll: the same enters, leaves and purchases, and a poll every 2.5 s while each user waited.
     fixed_series = [n for n in paced_series]
     fixed_polls = 0
-    for second, n in enumerate(_per_second(api.sent["status"], started, seconds)):
+    for second, n in enumerate(_per_second(api.due["status"], started, seconds)):
         fixed_series[second] -= n
     for user in users:
         if user.entered_at is None or user.stopped_waiting_at is None:
             continue
-        polls = math.ceil((user.stopped_waiting_at - user.entered_at) / FIXED_POLL_S)
+        stopped = user.stopped_waiting_at
+        if user.outcome == "told sold out" and sold_out_at is not None:
+            stopped = min(stopped, max(sold_out_at, user.entered_at + FIXED_POLL_S))
+        polls = math.ceil((stopped - user.entered_at) / FIXED_POLL_S)
         fixed_polls += polls
         for k in range(1, polls + 1):
             second = int(user.entered_at + k * FIXED_POLL_S - started)
             fixed_series[min(seconds - 1, max(0, second))] += 1
-    by_kind = {kind: len(times) for kind, times in api.sent.items()}
+    by_kind = {kind: len(times) for kind, times in api.due.items()}
     fixed_by_kind = {**by_kind, "status": fixed_polls}
     longest = max(waiting, default=0)
     arrived = max((u.entered_at for u in users if u.entered_at is not None), default=started) - started
     # Windows after the last arrival, while the line is long: at its tail the few left are all near the
     # front, where polls are meant to come every second, and a burst of arrivals is the gateway's burst.
-    windows = [range(start, start + WINDOW_S) for start in range(math.ceil(arrived) + 1, seconds - WINDOW_S + 1)]
+    # And while the line is selling: once sold out (or paused) it only empties, each poll its user's last,
+    # so a shrinking line would count every one of those polls against fewer users (the absolute peak
+    # requests/s is taken over the whole run).
+    held = min((int(t["t"]) for t in ticks if t["held"]), default=seconds)
+    windows = [range(start, start + WINDOW_S)
+               for start in range(math.ceil(arrived) + 1, min(seconds, held) - WINDOW_S + 1)]
     long_windows = [w for w in windows if min(waiting[s] for s in w) >= max(1, LONG_LINE_SHARE * longest)]
 
     def figures(series, counts) -> dict:
@@ -310,7 +330,8 @@ def summary(report: dict, out: Path) -> str:
     latency = "; ".join(f"{kind} p50 {v['p50']} ms p95 {v['p95']} ms" for kind, v in report["latency_ms"].items())
     outcomes = ", ".join(f"{k} {what}" for what, k in sorted(u["outcomes"].items(), key=lambda item: -item[1]))
     failed = [name for name, ok in report["checks"].items() if not ok]
-    targets = "; ".join(f"{name} {t['measured']} (target <= {t['target']:.3g}: {'met' if t['met'] else 'MISSED'})"
+    verdicts = {True: "met", False: "MISSED", None: "no verdict: nothing to measure"}
+    targets = "; ".join(f"{name} {t['measured']} (target <= {t['target']:.3g}: {verdicts[t['met']]})"
                         for name, t in report["targets"].items())
 
     def kinds(figures: dict) -> str:
@@ -320,7 +341,8 @@ def summary(report: dict, out: Path) -> str:
     return "\n".join([
         f"{u['total']} users against {report['parameters']['target']}: {a['target_per_tick']} admitted every "
         f"{report['parameters']['tick_ms']} ms ({s['target_per_s']:g}/s), heartbeat "
-        f"{report['parameters']['heartbeat_timeout_s']} s; run took {report['duration_s']} s",
+        f"{report['parameters']['heartbeat_timeout_s']} s; run took {report['duration_s']} s; "
+        f"transport {report['parameters']['transport']} ({TRANSPORTS[report['parameters']['transport']]})",
         f"  users       {u['admitted']} admitted ({u['kept_polling']} kept polling); {outcomes}; "
         f"{u['queue_full_retries']} queue-full retries, {u['reentries']} re-entries, {a['evicted']} evicted",
         f"  admissions  {a['ticks_with_users_waiting']} ticks with users waiting admitted "
@@ -330,6 +352,7 @@ def summary(report: dict, out: Path) -> str:
         f"allowed {s['allowed_per_window']} with tick alignment and the near-front poll gap), at most "
         f"{s['max_in_a_second']} in a second; {s['requests']} requests, {s['orders']} orders",
         f"  notice      admitted -> seen: p50 {n['p50']} s, p95 {n['p95']} s, max {n['max']} s (n={n['n']}); "
+        f"-> the telling poll was due: p95 {n['poll_due']['p95']} s; "
         f"ETA error p5 {e['p5']} s, p50 {e['p50']} s, p95 {e['p95']} s",
         f"  per user    {paced['requests_per_admitted_user']} requests per admitted user ({kinds(paced)}); "
         f"polling every {FIXED_POLL_S} s: {fixed['requests_per_admitted_user']} ({kinds(fixed)})",
@@ -343,7 +366,8 @@ def summary(report: dict, out: Path) -> str:
         f"${cost['paced']['cache']:.2f}); polling every {FIXED_POLL_S} s: ${cost['fixed_2.5s_poll']['total']:.2f}",
         f"  latency     {latency}",
         f"  API         answered {report['api']['requests']} requests ({report['api']['per_s']}/s); they waited "
-        f"p50 {report['api']['backlog_s']['p50']} s, p95 {report['api']['backlog_s']['p95']} s for a connection",
+        f"p50 {report['api']['backlog_s']['p50']} s, p95 {report['api']['backlog_s']['p95']} s after they were due "
+        f"(status p95 {report['api']['backlog_s']['by_kind'].get('status', {}).get('p95')} s)",
         f"  oversells   {o['units_over_stock'] + o['second_orders']}; entry tokens used twice {o['tokens_used_twice']} "
         f"({o['double_clicks']} double clicks)",
         f"  API errors  {report['api_failures'] or 0}",

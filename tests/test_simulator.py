@@ -46,3 +46,16 @@ def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, pre
     assert report["notice_s"]["n"] == users["admitted"] and users["reentries"] == 0
     assert report["ok"] and run.returncode == 0, run.stdout
     assert (tmp_path / "plot.png").stat().st_size > 10_000
+    # The crowd called the app in its own processes, as Lambda does; the report says so.
+    assert report["parameters"]["transport"] == "inproc" and "transport inproc" in run.stdout
+
+
+@pytest.mark.slow
+def test_the_http_transport_runs_the_same_sale_through_the_local_api(env, prefix, tmp_path):
+    command = [sys.executable, str(ROOT / "infra" / "simulate.py"), "--users", "400", "--stock", "300",
+               "--transport", "http", "--out", str(tmp_path), "--key-prefix", prefix, "--no-progress"]
+    run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["parameters"]["transport"] == "http" and "transport http" in run.stdout
+    assert report["shop"]["orders"] == 300 and report["oversells"]["units_over_stock"] == 0
+    assert report["api_failures"] == {} and report["ok"] and run.returncode == 0, run.stdout
