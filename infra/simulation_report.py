@@ -213,7 +213,7 @@ def _load(users, api, ticks, started, seconds, admitted, sold_out_at: float | No
     by_kind = {kind: len(times) for kind, times in api.due.items()}
     fixed_by_kind = {**by_kind, "status": fixed_polls}
     longest = max(waiting, default=0)
-    arrived = max((u.entered_at for u in users if u.entered_at is not None), default=started) - started
+    arrived = max((u.arrives_s for u in users), default=0.0)  # as planned: the load is counted when due
     # Windows after the last arrival, while the line is long: at its tail the few left are all near the
     # front, where polls are meant to come every second, and a burst of arrivals is the gateway's burst.
     # And while the line is selling: once sold out (or paused) it only empties, each poll its user's last,

@@ -96,3 +96,17 @@ def test_pre_queue_answers_carry_the_advice_and_admitted_ones_none(make_room):
     Pump(room.store, room.settings).run(ticks=2)  # draws, then admits
     admitted = room.status(DROP, 7, early.queue_ticket).to_body()
     assert admitted["status"] == "ADMITTED" and "pollAfterMs" not in admitted
+
+
+@pytest.mark.parametrize("config", [TargetConfig(batch=1, tick_ms=60_000), TargetConfig(paused=True),
+                                    TargetConfig(batch=1, tick_ms=60_000, paused=True)])
+def test_no_target_configuration_stretches_the_advice_past_the_heartbeat(make_room, config):
+    # A target has no heartbeat of its own: its pace and pause change the ETA, never the bound the one
+    # heartbeat timeout (which also evicts) sets on the advice.
+    room = make_room(VQ_HEARTBEAT_TIMEOUT_S=60)
+    room.configure(DROP, config)
+    entries = [room.enter(DROP, user) for user in range(1, 51)]
+    polled = [room.status(DROP, user, entry.queue_ticket).to_body() for user, entry in enumerate(entries, 1)]
+    assert all(answer["status"] == "WAITING" for answer in polled)
+    assert max(answer["pollAfterMs"] for answer in polled) <= polling.longest_interval_ms(60) == 20_000
+    assert max(answer["pollAfterMs"] for answer in polled) > 10_000  # far from the front: near the bound
