@@ -12,7 +12,8 @@ Two routes bring a new configuration to a container (README: The switch's two ro
   which stores the configuration and marks each target's settings with its version (flag_sync.py). The
   enter and status scripts compare that mark with the version the caller decided by, and ask it to look
   again when they differ (`QueueSwitch.adopt`), inside the round trip they make anyway.
-A container decides by the configuration it received last, from either route.
+A container decides by the configuration it received last, from either route. While the flag's rules read
+nothing but the target, a target's decision is made once per configuration and kept.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from chalicelib.targets import Target
 FLAG = "virtual_queue_enabled"
 # The version of "no configuration at hand" (the flag answers its default).
 NO_CONFIGURATION = "none"
+# Context keys that are the same for every user of a target: rules reading only these decide per target.
+TARGET_KEYS = frozenset({"target", "type"})
 
 
 def flag_version(configuration: dict[str, Any]) -> str:
@@ -152,16 +155,30 @@ class Decision:
 QUEUED = Decision(True, "*")
 
 
+def _per_target(configuration: dict[str, Any]) -> bool:
+    """Whether the flag's rules read only the target, so that one decision serves all its users (a rollout by
+    user id, a schedule or a malformed rule is evaluated per request)."""
+    try:
+        rules = configuration.get(FLAG, {}).get("rules") or {}
+        return all(condition.get("key") in TARGET_KEYS
+                   for rule in rules.values() for condition in rule.get("conditions") or ())
+    except AttributeError:
+        return False
+
+
 class _InEffect(StoreProvider):
-    """The configuration a container decides by (what FeatureFlags evaluates)."""
+    """The configuration a container decides by (what FeatureFlags evaluates), and the decisions made by it
+    per target when its rules allow (a new configuration starts them afresh)."""
 
     def __init__(self) -> None:
         self.configuration: dict[str, Any] | None = None
         self.version = NO_CONFIGURATION
+        self.decided: dict[Target, bool] | None = None
 
     def put(self, configuration: dict[str, Any], version: str | None = None) -> None:
         self.configuration = configuration
         self.version = version or flag_version(configuration)
+        self.decided = {} if _per_target(configuration) else None
 
     @property
     def get_raw_configuration(self) -> dict[str, Any]:
@@ -190,7 +207,10 @@ class QueueSwitch:
     def decide(self, target: Target, user_id: int | None = None) -> Decision:
         """The decision for `user_id` (None: not known) of `target`, with the version it was made by."""
         self._follow_source()
-        version = self._in_effect.version
+        in_effect = self._in_effect
+        decided = in_effect.decided
+        if decided is not None and target in decided:
+            return Decision(decided[target], in_effect.version)
         context: dict[str, Any] = {"target": str(target), "type": target.type}
         if user_id is not None:
             context["user_id"] = user_id
@@ -198,8 +218,10 @@ class QueueSwitch:
             queued = bool(self._flags.evaluate(name=FLAG, context=context, default=self.default))
         except Exception:  # a malformed schema raises; the switch must still answer
             logger.exception("feature flag evaluation failed; using the default", extra={"default": self.default})
-            queued = self.default
-        return Decision(queued, version)
+            return Decision(self.default, in_effect.version)
+        if decided is not None:
+            decided[target] = queued
+        return Decision(queued, in_effect.version)
 
     def adopt(self, version: str, configuration: dict[str, Any]) -> None:
         """Decide by `configuration` (pushed through the queue's store) until the source brings a newer one."""

@@ -77,6 +77,22 @@ def test_per_target_override_switches_one_target_off(make_room, flags_file):
     assert room.enter(OTHER, 1).status == "WAITING"
 
 
+def test_rules_of_the_target_alone_are_evaluated_once_per_target_and_configuration(make_room, flags_file, monkeypatch):
+    write_flags(flags_file, rules={"drop 42 off": {"when_match": False, "conditions": [
+        {"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}]}})
+    switch = make_room(VQ_FLAGS_FILE=flags_file).switch
+    evaluated = []
+    evaluate = switch._flags.evaluate
+    monkeypatch.setattr(switch._flags, "evaluate", lambda **kw: evaluated.append(kw["context"]["target"]) or evaluate(**kw))
+    assert [switch.queue_enabled(target, user) for target in (DROP, OTHER) for user in range(1, 50)] == \
+        [False] * 49 + [True] * 49
+    assert evaluated == [str(DROP), str(OTHER)]
+
+    write_flags(flags_file, default=False)  # a new configuration decides afresh
+    assert not switch.queue_enabled(OTHER, 1) and not switch.queue_enabled(OTHER, 2)
+    assert evaluated == [str(DROP), str(OTHER), str(OTHER)]
+
+
 def test_percentage_rollout_queues_about_the_share_and_each_user_always_the_same_way(make_room, flags_file):
     write_flags(flags_file, default=False, rules={"30 percent": {"when_match": True, "conditions": [
         {"action": "MODULO_RANGE", "key": "user_id", "value": {"BASE": 100, "START": 0, "END": 29}}]}})
