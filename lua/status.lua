@@ -25,7 +25,9 @@
 local user = ARGV[1]
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
-local flag = redis.call('HGET', KEYS[7], 'flag_version')
+-- The target's settings in one read, the switch's mark among them.
+local flag, known_since, sold_out, paused, batch, tick_ms, opens_at = unpack(redis.call('HMGET', KEYS[7],
+  'flag_version', 'known_since_ms', 'sold_out', 'paused', 'batch', 'tick_ms', 'opens_at_ms'))
 if flag and ARGV[12] ~= '*' and flag ~= ARGV[12] then
   return {'FLAG', flag}
 end
@@ -43,8 +45,7 @@ local function other_entry(number)
   return ticket > last or current > last
 end
 
-local config = redis.call('HMGET', KEYS[7], 'known_since_ms', 'sold_out', 'paused', 'batch', 'tick_ms')
-if not config[1] then
+if not known_since then
   return {'UNKNOWN_TARGET'}
 end
 local held = redis.call('GET', KEYS[4])
@@ -55,7 +56,7 @@ if held then
   return {'ADMITTED', held, 0}
 end
 -- Sold out: tokens already issued stay valid (above); everyone else hears it at this poll and leaves the line.
-if config[2] == '1' then
+if sold_out == '1' then
   local released = math.max(redis.call('ZREM', KEYS[1], user), redis.call('ZREM', KEYS[8], user))
   redis.call('ZREM', KEYS[2], user)
   if released == 1 then
@@ -70,7 +71,7 @@ if not seq then
   if arrival and other_entry(arrival) then
     return {'OTHER_ENTRY'}
   elseif arrival then
-    return {'PRE_QUEUE', arrival, redis.call('HGET', KEYS[7], 'opens_at_ms')}
+    return {'PRE_QUEUE', arrival, opens_at}
   end
   return {'NOT_IN_QUEUE'}
 end
@@ -97,5 +98,5 @@ redis.call('ZADD', KEYS[2], ARGV[2], user)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
 local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
 local rate = redis.call('HGET', KEYS[5], 'rate')
-  or tostring(tonumber(config[4] or ARGV[8]) * 1000 / tonumber(config[5] or ARGV[9]))
-return {'WAITING', seq, ahead, rate, config[3] == '1' and 1 or 0}
+  or tostring(tonumber(batch or ARGV[8]) * 1000 / tonumber(tick_ms or ARGV[9]))
+return {'WAITING', seq, ahead, rate, paused == '1' and 1 or 0}
