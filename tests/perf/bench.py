@@ -8,6 +8,8 @@ Runs, one after another against an embedded Valkey of this run's own, each in a 
   bench_pump.py        admissions under 8 concurrent pumps, slots under 30 % abandonment, a 100-target tick
   bench_authorizer.py  entry-token verifications against a bare HMAC-SHA256
   bench_cold_start.py  the real package's import, with and without bytecode, against its dependencies alone
+  bench_events.py      the outbox: a call's server time with events on against off, publishing rate and delay,
+                       outbox memory
 Each also runs on its own and writes build/bench_<name>.json; this prints the summary table and writes
 build/bench.json. Every comparison takes at least 7 alternating rounds, each with its load average; the table
 shows the median and the range over the rounds, and gives a verdict only where the whole range is on one side
@@ -20,6 +22,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -27,7 +30,7 @@ import time
 import benchlib  # beside this file
 
 HERE = benchlib.ROOT / "tests" / "perf"
-BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start")
+BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events")
 
 
 def run(name: str, url: str) -> tuple[dict, float]:
@@ -53,7 +56,7 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
     def section(title, load=None):
         add(title + (f"  (load average {load['min']}-{load['max']})" if load else ""))
 
-    scripts, request, pump, authorizer, cold = (r[name] for name in BENCHES)
+    scripts, request, pump, authorizer, cold, events = (r[name] for name in BENCHES)
     section("REDIS ROUND TRIPS PER CALL (client socket sends)")
     for name, sends in scripts["round_trips"].items():
         if name.startswith("naive"):
@@ -78,7 +81,10 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         add(f"  {name}{'' if name == 'tick' else '.lua'}: usec_per_call x ZADD", shown(row["x_zadd"], "x", 1))
     for name in ("status", "enter"):
         row, naive = calls[name], calls[f"naive {name}"]
+        # The verdict takes the server process's CPU: usec_per_call of separate commands leaves out reading and
+        # parsing each of them off the socket, which EVALSHA's figure pays once for all its commands.
         add(f"  {name}.lua: server CPU per call x its naive pipeline", shown(row["x_naive"]), "<= 1.0x", row["verdict"])
+        add("    the same by usec_per_call (execution only)", shown(row["x_naive_usec"]))
         add(f"    {name}.lua", shown(row["cpu_us_per_call"], " us", 1))
         add(f"    naive {name}: its {len(naive['commands'])} commands pipelined",
             shown(naive["cpu_us_per_call"], " us", 1))
@@ -137,6 +143,21 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         add(f"  {variant}: {shown(row['app_ms'], ' ms', 0)}", shown(row["x_dependencies"]),
             "<= 1.2x" if variant == "with bytecode" else "", row.get("verdict"))
         add(f"    bytecode {row['bytecode']}; dependencies alone", shown(row["dependencies_ms"], " ms", 0))
+
+    section("EVENTS: a call's server time (EVALSHA usec_per_call), events on x off", events["load_average"])
+    for name, row in events["client_costs"].items():
+        add(f"  {name}", shown(benchlib.ratios(row["on"], row["off"])))
+        add("    off", shown(benchlib.spread(row["off"]), " us", 1))
+        add("    on", shown(benchlib.spread(row["on"]), " us", 1))
+        add("    round trips per call, off -> on",
+            f"{statistics.median(row['round_trips_off']):.2f} -> {statistics.median(row['round_trips_on']):.2f}")
+    for name, rate in events["publish_per_s"].items():
+        add(f"  events published per second, to {name}", f"{rate:,.0f}")
+    for kind, row in events["delays"].items():
+        add(f"  change to publication, {kind} (pump ticking every 1 s)",
+            f"p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms")
+    for server, used in events["memory_per_1000_events"].items():
+        add(f"  outbox memory per 1,000 events, {server}", f"{used:,.0f} bytes")
     return found
 
 

@@ -99,11 +99,14 @@ def counted_sends(client):
     return sends
 
 
-def client_costs(url: str, calls: int = 1000) -> dict:
-    """Server usec per call and round trips per call, events off against on, 7 alternating rounds."""
+def client_costs(url: str, loads: list[float], calls: int = 1000) -> dict:
+    """Server usec per call and round trips per call, events off against on, 7 alternating rounds (their load
+    average into `loads`)."""
     results: dict[str, dict[str, list[float]]] = {}
     for round_ in range(benchlib.ROUNDS * 2):
         mode = ("off", "on")[round_ % 2]
+        if mode == "off":
+            loads.append(benchlib.load_average())
         client = benchlib.patient_client(url)
         prefix = benchlib.bench_prefix()
         store = QueueStore(client, prefix, outbox_cap=CAP if mode == "on" else 0)
@@ -212,7 +215,9 @@ def main() -> None:
     report: dict = {}
     with benchlib.redis_url() as url:
         report["server"] = benchlib.server_version(benchlib.patient_client(url))
-        report["client_costs"] = client_costs(url)
+        loads: list[float] = []
+        report["client_costs"] = client_costs(url, loads)
+        report["load_average"] = benchlib.loads(loads)
         report["publish_per_s"] = publish_rate(url)
         report["delays"] = delays(url)
         report["memory_per_1000_events"] = {report["server"]: memory_per_1000(url)}
@@ -220,8 +225,7 @@ def main() -> None:
         jemalloc = benchlib.patient_client(os.environ["REDIS_URL"])
         report["memory_per_1000_events"][benchlib.server_version(jemalloc) + " (REDIS_URL)"] = \
             memory_per_1000(os.environ["REDIS_URL"])
-    benchlib.BUILD.mkdir(exist_ok=True)
-    (benchlib.BUILD / "bench_events.json").write_text(json.dumps(report, indent=1))
+    benchlib.write_json("bench_events.json", report)
 
     print(f"\nClient call cost, events off -> on ({report['server']}; median and range of {benchlib.ROUNDS} rounds)")
     print(f"  {'call':<20}{'server us/call off':>22}{'on':>22}{'round trips off':>17}{'on':>6}")
