@@ -180,7 +180,7 @@ class ShopProcess:
         if not options.get("says_sold_out", True):
             arguments.append("--silent")
         if options.get("capacity_per_s"):
-            arguments += ["--capacity", str(options["capacity_per_s"])]
+            arguments += ["--capacity", str(options["capacity_per_s"]), "--workers", str(options.get("workers", 4))]
         self.process = subprocess.Popen([sys.executable, __file__, *arguments])
 
     def start(self) -> "ShopProcess":
@@ -208,9 +208,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--stock", type=int, required=True)
     parser.add_argument("--capacity", type=float, help="orders/s it handles (default: unbounded)")
+    parser.add_argument("--workers", type=int, default=4, help="order handlers (with a capacity)")
     parser.add_argument("--silent", action="store_true", help="never say X-Queue-Sold-Out")
     args = parser.parse_args(argv)
-    shop = DemoShop(args.stock, args.port, says_sold_out=not args.silent, capacity_per_s=args.capacity).start()
+    shop = DemoShop(args.stock, args.port, says_sold_out=not args.silent, capacity_per_s=args.capacity,
+                    workers=args.workers).start()
     signal.signal(signal.SIGTERM, lambda *_: (shop.stop(), sys.exit(0)))
     try:
         signal.pause()

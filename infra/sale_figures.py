@@ -57,11 +57,14 @@ def shop_load(shop: dict, started: float, finished: float, ticks: list[dict], ca
     latency = [(r["at"], (r["done"] - r["at"]) * 1000) for r in requests if r.get("done")]
     judged_from = first_cut if first_cut is not None else since
     after = [ms for at, ms in latency if judged_from <= at <= busy_until]
-    windows = []
+    windows, per_window = [], []
     for start in range(math.floor(judged_from), math.ceil(busy_until), WINDOW_S):
         in_window = [ms for at, ms in latency if start <= at < start + WINDOW_S]
         if in_window:
             windows.append(_percentile(in_window, 0.95))
+            completed = sum(start <= o["at"] < start + WINDOW_S for o in shop["orders"])
+            per_window.append({"t": round(start - started, 1), "p95_ms": round(windows[-1]),
+                               "orders_per_s": round(completed / WINDOW_S, 1)})
     orders_per_s = len(done) / span
     return {
         "measured_from_s": round(since - started, 1), "line_emptied_s": round(busy_until - started, 1),
@@ -73,6 +76,7 @@ def shop_load(shop: dict, started: float, finished: float, ticks: list[dict], ca
         "window_p95_ms": {"windows": len(windows), "max": _round(max(windows, default=None)),
                           "within_objective": None if slo_p95_ms is None
                           else sum(p <= slo_p95_ms for p in windows)},
+        "windows": per_window,
         "latency_ms_whole_sale": _spread([ms for _, ms in latency]),
         "rate_per_s": [{"t": round(t["server_s"] - started, 2), "effective": t["per_tick"] * 1000 / t["tick_ms"]}
                        for t in ticks],

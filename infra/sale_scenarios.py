@@ -4,6 +4,8 @@
                                                 # user whose turn comes) and now (its X-Queue-Sold-Out closes the line)
     python infra/sale_scenarios.py origin-slo   # a shop that degrades above 40 orders/s: a fixed 60/s, and the same
                                                 # ceiling with originSlo {"p95Ms": 500}
+    python infra/sale_scenarios.py origin-slo-steep   # the same at 25 orders/s, a steeper curve (one handler): a fixed
+                                                      # 40/s, and the same ceiling with originSlo {"p95Ms": 500}
 
 Knobs after the scenario's name go to both runs (e.g. `--users 20000`); `--help` after the name lists them.
 Each run writes its report under build/scenarios/<scenario>/<run>/; the table is printed and written to
@@ -35,6 +37,12 @@ SCENARIOS = {
         "defaults": ["--users", "3000", "--stock", "1000000", "--batch", "15", "--tick-ms", "250",
                      "--shop-capacity", "40", "--workers", "96", "--threads", "160"],
         "runs": {"fixed 60/s": [], "originSlo p95 500 ms, ceiling 60/s": ["--origin-slo-p95-ms", "500"]},
+    },
+    "origin-slo-steep": {
+        # One order handler (40 ms an order): its latency stays flat longer and climbs more steeply near capacity.
+        "defaults": ["--users", "2000", "--stock", "1000000", "--batch", "10", "--tick-ms", "250",
+                     "--shop-capacity", "25", "--shop-workers", "1", "--workers", "96", "--threads", "160"],
+        "runs": {"fixed 40/s": [], "originSlo p95 500 ms, ceiling 40/s": ["--origin-slo-p95-ms", "500"]},
     },
 }
 
@@ -110,6 +118,14 @@ def _purchases(outcomes: dict, failures: dict) -> str:
     return f"{outcomes.get('bought', 0)} / {failures.get('504', 0)} / {sum(failures.values()) - failures.get('504', 0)}"
 
 
+def _windows_side_by_side(reports: dict) -> list[list[str]]:
+    """Each run's 5-s windows, one line per window index."""
+    columns = [r["shop_load"].get("windows", []) for r in reports.values()]
+    return [[f"{w['t']:>6} {w['p95_ms']:>6} {w['orders_per_s']:>5}" if w else " " * 19
+             for w in (column[i] if i < len(column) else None for column in columns)]
+            for i in range(max(map(len, columns), default=0))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenario", choices=SCENARIOS)
@@ -121,9 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{options.scenario}: " + " | ".join(names))
     for label, values in rows:
         print(f"  {label:<{width}}  " + " | ".join(f"{value}" for value in values))
+    if options.scenario != "sold-out":
+        print("\n  the shop per 5-s window (from the first cut; fixed: after warm-up), by when purchases reached it:")
+        print("    " + " | ".join(f"{name}: t (s), p95 (ms), orders/s" for name in names))
+        for row in _windows_side_by_side(reports):
+            print("    " + " | ".join(row))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{options.scenario}.json").write_text(json.dumps(
-        {"runs": names, "rows": [[label, values] for label, values in rows]}, indent=1))
+        {"runs": names, "rows": [[label, values] for label, values in rows],
+         "windows": {name: r.get("shop_load", {}).get("windows") for name, r in reports.items()}}, indent=1))
     return 0
 
 

@@ -86,6 +86,8 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     # The shop and the sale's controls (infra/sale_scenarios.py runs the comparisons with them).
     parser.add_argument("--shop-capacity", type=float,
                         help="orders/s the demo shop handles; above it its latency climbs (default: unbounded)")
+    parser.add_argument("--shop-workers", type=int, default=4,
+                        help="the shop's order handlers (with a capacity): fewer, a steeper latency curve near it")
     parser.add_argument("--shop-silent", action="store_true",
                         help="the shop never says X-Queue-Sold-Out: the sale as it went before sold out closed the line")
     parser.add_argument("--origin-slo-p95-ms", type=int, help="the target's originSlo p95Ms: the rate follows the shop")
@@ -523,6 +525,7 @@ def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse
 def shop_options(options: argparse.Namespace) -> dict:
     # A shop with a capacity times its orders: in its own process, the crowd's threads cannot slow its clock.
     return {"says_sold_out": not options.shop_silent, "capacity_per_s": options.shop_capacity,
+            "workers": options.shop_workers,
             "own_process": options.shop_capacity is not None}
 
 
