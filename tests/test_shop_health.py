@@ -29,11 +29,15 @@ def room(make_room):
     return room
 
 
-def note(room, client, latency_ms, n, ok=True, over_ms=4000):
-    """`n` purchases sent evenly over the last `over_ms` (a shop getting through n per `over_ms`)."""
+def note(room, client, latency_ms, n, ok=True, over_ms=2500, sent_after_ms=None):
+    """`n` purchases the shop answered evenly over the last `over_ms`, each after `latency_ms` (a shop completing
+    n per window, FollowRules.window_ms); or, with `sent_after_ms`, all sent that long ago."""
     now = server_ms(client)
     for i in range(n):
-        sent = now - over_ms + over_ms * i // n
+        if sent_after_ms is None:
+            sent = now - over_ms + over_ms * i // n - latency_ms
+        else:
+            sent = now - sent_after_ms
         room.store.observe_purchase(DROP, Purchase(sent, latency_ms, ok), accepted=ok, sold_out=False)
 
 
@@ -47,68 +51,114 @@ def allowed(room, client):
     return float(client.hget(room.store.keys(DROP).health, "batch"))
 
 
+# 250 purchases answered over the last 2.5 s: a shop completing 10 per 100 ms tick, the configured batch.
+AT_THE_RATE = 250
+
+
+def cut_to(share, n=AT_THE_RATE):
+    """`share` of the throughput of `n` purchases answered over the last 2.5 s, as the pump judges it: over the time
+    they span until its tick, which a loaded machine delays, up to the whole 3 s window (10 a tick, down to 8.3)."""
+    return pytest.approx(share * n * TICK_MS / 2750, rel=250 / 2750)
+
+
 def test_slow_purchases_cut_the_rate_by_how_far_over_the_objective_they_are(room, client):
-    room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    note(room, client, latency_ms=400, n=10)
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    note(room, client, latency_ms=2500, n=AT_THE_RATE)
     result = tick(room, client)
-    assert allowed(room, client) == 5  # 100/400 is past the deepest cut, a half
-    assert result.per_tick == 5  # what this tick (and any it made up for) admitted at
+    # 2 s over: past the deepest cut, half the throughput.
+    assert allowed(room, client) == cut_to(0.5)
+    assert result.per_tick == pytest.approx(allowed(room, client))  # what this tick (and any made up for) admitted at
     stats = room.stats(DROP)
-    assert (stats["configuredRatePerSec"], stats["effectiveRatePerSec"]) == (100, 50)
-    assert stats["shop"] == {"purchases": 10, "p95Ms": 400, "errorRate": 0.0}
+    assert stats["configuredRatePerSec"] == 100 and stats["effectiveRatePerSec"] / 10 == cut_to(0.5)
+    assert stats["shop"] == {"purchases": AT_THE_RATE, "p95Ms": 2500, "errorRate": 0.0}
 
 
 def test_a_little_over_the_objective_is_a_gentle_cut(room, client):
-    room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    note(room, client, latency_ms=105, n=10)
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    note(room, client, latency_ms=550, n=AT_THE_RATE)
     tick(room, client)
-    assert allowed(room, client) == pytest.approx(9)  # the gentlest cut, a tenth
+    assert allowed(room, client) == cut_to(0.9)  # 50 ms over: the gentlest cut, a tenth of the throughput
+
+
+def test_the_cut_drains_the_excess_delay_in_time(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    note(room, client, latency_ms=800, n=AT_THE_RATE)
+    tick(room, client)
+    assert allowed(room, client) == cut_to(0.7)  # 300 ms over: 1 - 0.3 s / 1 s (FollowRules.drain_ms)
 
 
 def test_failing_purchases_cut_the_rate(room, client):
     room.configure(DROP, TargetConfig(slo_error_rate=0.1))
-    note(room, client, latency_ms=10, n=6, ok=True)
-    note(room, client, latency_ms=10, n=4, ok=False)
+    note(room, client, latency_ms=10, n=AT_THE_RATE, ok=True)
+    note(room, client, latency_ms=10, n=AT_THE_RATE * 2 // 3, ok=False)
     tick(room, client)
-    assert allowed(room, client) == pytest.approx(6)  # 40 % failed: 1 - 0.4
+    assert allowed(room, client) == cut_to(0.6)  # 40 % failed: 60 % of what it completed
 
 
-def test_a_cut_keeps_most_of_what_the_shop_gets_through(room, client):
+def test_an_overloaded_shop_is_cut_below_what_it_completes_not_below_what_was_sent(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    note(room, client, latency_ms=550, n=AT_THE_RATE // 2)  # 5 a tick done of the 10 admitted
+    tick(room, client)
+    # 90 % of the 5 it completes, not of the 10 sent (which would leave it overloaded).
+    assert allowed(room, client) == cut_to(0.9, AT_THE_RATE // 2)
+
+
+def test_a_cut_holds_until_purchases_sent_after_it_reached_the_shop_come_back(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    note(room, client, latency_ms=2500, n=AT_THE_RATE)
+    tick(room, client)
+    cut = allowed(room, client)
+    # Slow still, but sent right after the cut: by users admitted before it, so they cannot judge it.
+    note(room, client, latency_ms=3000, n=100, sent_after_ms=0)
+    tick(room, client)
+    assert allowed(room, client) == cut
+    # Sent once the cut reached the shop, and slow: the backlog is still there, and a further cut is judged, of the
+    # shop's throughput (which still drains it), not of the rate: no deeper than the first.
+    cut_at = int(client.hget(room.store.keys(DROP).health, "changed_at"))
+    client.hset(room.store.keys(DROP).health, "changed_at", cut_at - FollowRules().reach_ms - 100)
+    tick(room, client)
+    assert allowed(room, client) == cut
+    assert int(client.hget(room.store.keys(DROP).health, "changed_at")) > cut_at
+
+
+def test_healthy_purchases_add_back_a_share_up_to_the_configured_batch_never_above(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    # Slow, but 500 done within the last 5 s (2 s to spare for a slow machine): 10 per 100 ms tick.
-    note(room, client, latency_ms=2000, n=500, over_ms=5000)
+    health = room.store.keys(DROP).health
+    client.hset(health, mapping={"batch": 5, "changed_at": 0})
+    note(room, client, latency_ms=20, n=30)
     tick(room, client)
-    # 9 per tick kept of the 10 done (a little less, as the tick comes a little after the last purchase), not the
-    # half the latency alone would cut to.
-    assert 7.5 < allowed(room, client) <= 9
-
-
-def test_after_a_cut_only_later_purchases_count_and_the_next_cut_waits(room, client):
-    room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    note(room, client, latency_ms=400, n=10)
-    tick(room, client)
-    note(room, client, latency_ms=400, n=10, over_ms=50)  # slow still, but within the hold after the cut
-    tick(room, client)
-    assert allowed(room, client) == 5
-
-
-def test_healthy_purchases_add_back_a_share_per_second_up_to_the_configured_batch_never_above(room, client):
-    room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    client.hset(room.store.keys(DROP).health, mapping={"batch": 5, "decreased_at": 0})
-    note(room, client, latency_ms=20, n=10)
-    tick(room, client)
-    step = 10 * FollowRules().increase_per_s * TICK_MS / 1000
+    step = 10 * FollowRules().increase
     assert allowed(room, client) == pytest.approx(5 + step)
-    client.hset(room.store.keys(DROP).health, "batch", 10 - step / 2)
-    note(room, client, latency_ms=20, n=10)
+    # The next step waits for purchases sent after this one reached the shop.
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(5 + step)
+    client.hset(health, mapping={"batch": 10 - step / 2, "changed_at": 0})
+    note(room, client, latency_ms=20, n=30)
     tick(room, client)
     assert allowed(room, client) == 10
+
+
+def test_healthy_again_the_rate_comes_back_at_once_to_nine_tenths_of_the_capacity_last_seen(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))
+    # Cut to 2 a tick while the shop, over its objective, completed 8.
+    client.hset(room.store.keys(DROP).health, mapping={"batch": 2, "changed_at": 0, "capacity": 8})
+    note(room, client, latency_ms=20, n=30)
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(0.9 * 8)
+
+
+def test_between_the_headroom_and_the_objective_the_rate_holds(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))
+    client.hset(room.store.keys(DROP).health, mapping={"batch": 5, "changed_at": 0})
+    note(room, client, latency_ms=90, n=30)  # within 100 ms, but over 80 % of it
+    tick(room, client)
+    assert allowed(room, client) == 5
 
 
 def test_a_fractional_rate_carries_over_so_ticks_admit_it_on_average(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=100))
     # Just cut: no purchases to judge, so the rate holds for a window.
-    client.hset(room.store.keys(DROP).health, mapping={"batch": 2.5, "decreased_at": server_ms(client)})
+    client.hset(room.store.keys(DROP).health, mapping={"batch": 2.5, "changed_at": server_ms(client)})
     results = [tick(room, client) for _ in range(5)]
     # Over the ticks after the first (a loaded machine may skip one: the next makes up for it), 2.5 a tick,
     # give or take the fraction carried at either end.
@@ -117,7 +167,7 @@ def test_a_fractional_rate_carries_over_so_ticks_admit_it_on_average(room, clien
 
 
 def test_without_an_origin_slo_the_configured_rate_applies(room, client):
-    client.hset(room.store.keys(DROP).health, mapping={"batch": 1, "decreased_at": server_ms(client)})
+    client.hset(room.store.keys(DROP).health, mapping={"batch": 1, "changed_at": server_ms(client)})
     note(room, client, latency_ms=5000, n=10)
     result = tick(room, client)
     assert result.per_tick == 10  # the configured batch (times any tick made up for) whatever the shop did
@@ -128,13 +178,14 @@ def test_the_pump_reports_the_effective_rate_beside_the_configured_one(room, cli
     import chalicelib.observability as observability
 
     monkeypatch.setattr(observability, "_METRICS_DISABLED", False)
-    room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    note(room, client, latency_ms=400, n=10)
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    note(room, client, latency_ms=2500, n=AT_THE_RATE)
     capsys.readouterr()
     tick(room, client)
     gauges = {name: value for name, value in _values(capsys.readouterr().out)}
-    assert gauges["ConfiguredRatePerSec"] == 100 and gauges["EffectiveRatePerSec"] == 50
-    assert gauges["TargetRatePerSec"] == 50  # what the stalled-pump alarm holds the pump to
+    assert gauges["ConfiguredRatePerSec"] == 100 and gauges["EffectiveRatePerSec"] / 10 == cut_to(0.5)
+    # What the stalled-pump alarm holds the pump to.
+    assert gauges["TargetRatePerSec"] == gauges["EffectiveRatePerSec"]
 
 
 def _values(stdout):
@@ -167,8 +218,9 @@ def test_the_gate_notes_latency_outcome_and_orders(make_room, origin, client):
 
 def test_health_judges_only_the_window():
     now = 100_000
-    purchases = [Purchase(now - 1000, 30, True), Purchase(now - 2000, 900, False), Purchase(now - 60_000, 5000, False)]
-    assert health(purchases, now) == {"purchases": 2, "p95Ms": 900, "errorRate": 0.5}
+    # Judged by when the shop answered: sent 4 s ago but answered 1 s ago is recent.
+    purchases = [Purchase(now - 1000, 30, True), Purchase(now - 4000, 3000, False), Purchase(now - 60_000, 5000, False)]
+    assert health(purchases, now) == {"purchases": 2, "p95Ms": 3000, "errorRate": 0.5}
     assert health([], now) == {"purchases": 0, "p95Ms": None, "errorRate": None}
 
 
