@@ -31,17 +31,18 @@ SCENARIOS = {
                  "now: the shop's header closes the line": []},
     },
     "origin-slo": {
-        # 60/s admitted against a shop that handles 40/s. Each local API process serves one request at a time
-        # (as a Lambda container), so the API's processes bound the purchases in flight: with few, the API
-        # holds the excess and the shop never sees it. 96 let the shop's backlog reach a couple of seconds.
-        "defaults": ["--users", "3000", "--stock", "1000000", "--batch", "15", "--tick-ms", "250",
-                     "--shop-capacity", "40", "--workers", "96", "--threads", "160"],
+        # 60/s admitted against a shop that handles 40/s, over the local API (`--transport http`). Each of its
+        # processes serves one request at a time (as a Lambda container), so they bound the purchases in flight:
+        # with few, the API holds the excess and the shop never sees it. 96 let its backlog reach a few seconds.
+        "defaults": ["--transport", "http", "--users", "3000", "--stock", "1000000", "--batch", "15",
+                     "--tick-ms", "250", "--shop-capacity", "40", "--workers", "96", "--threads", "160"],
         "runs": {"fixed 60/s": [], "originSlo p95 500 ms, ceiling 60/s": ["--origin-slo-p95-ms", "500"]},
     },
     "origin-slo-steep": {
         # One order handler (40 ms an order): its latency stays flat longer and climbs more steeply near capacity.
-        "defaults": ["--users", "2000", "--stock", "1000000", "--batch", "10", "--tick-ms", "250",
-                     "--shop-capacity", "25", "--shop-workers", "1", "--workers", "96", "--threads", "160"],
+        "defaults": ["--transport", "http", "--users", "2000", "--stock", "1000000", "--batch", "10",
+                     "--tick-ms", "250", "--shop-capacity", "25", "--shop-workers", "1", "--workers", "96",
+                     "--threads", "160"],
         "runs": {"fixed 40/s": [], "originSlo p95 500 ms, ceiling 40/s": ["--origin-slo-p95-ms", "500"]},
     },
 }
