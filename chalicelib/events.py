@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from chalicelib.observability import count, logger
-from chalicelib.store import REDIS_FAILURES, QueueStore
+from chalicelib.redis_connection import REDIS_FAILURES
+from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
 

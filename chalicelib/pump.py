@@ -14,11 +14,13 @@ from typing import Callable
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from redis.exceptions import LockNotOwnedError
 
+from chalicelib.answers import TargetTick
 from chalicelib.config import Settings
 from chalicelib.events import Publisher, PublisherLoop
 from chalicelib.observability import NAMESPACE, SERVICE, count, logger
 from chalicelib.opening import open_target
-from chalicelib.store import REDIS_FAILURES, PumpRules, QueueStore, TargetTick
+from chalicelib.redis_connection import REDIS_FAILURES
+from chalicelib.store import PumpRules, QueueStore
 from chalicelib.targets import Target
 
 # Stop this long before the Lambda deadline, so the last tick and the lock release finish in time.

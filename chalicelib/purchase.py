@@ -23,13 +23,15 @@ from chalicelib.errors import (
     EntryTokenUsed, InvalidArgument, OriginNotConfigured, OriginUnavailable, QueueBypassDenied, QueueUnavailable,
     UnknownTarget,
 )
+from chalicelib.answers import Consumption
 from chalicelib.flags import QueueSwitch
 from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
 from chalicelib.observability import count, logger
 from chalicelib.origin import OriginAnswer, forward
 from chalicelib.outage import OutageLedger
+from chalicelib.redis_connection import StoreFull, StoreUnavailable
 from chalicelib.shop_watch import ShopWatch
-from chalicelib.store import Consumption, QueueStore, StoreFull, StoreUnavailable
+from chalicelib.store import QueueStore
 from chalicelib.targets import Target, parse_user_id
 from chalicelib.tokens import EntryToken, TokenSigner
 

@@ -11,16 +11,17 @@ from typing import Callable
 from aws_lambda_powertools.metrics import MetricUnit
 
 from chalicelib import polling, shop_health, waits
+from chalicelib.answers import (
+    Admitted, Closed, FlagChanged, Full, OtherEntry, Place, PreQueued, SoldOut, SwitchedOff, Unknown, Waiting,
+)
 from chalicelib.config import Settings
 from chalicelib.errors import (
     InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueSoldOut, QueueUnavailable, UnknownTarget,
 )
 from chalicelib.flags import Decision, QueueSwitch
 from chalicelib.observability import count, logger
-from chalicelib.store import (
-    Admitted, Closed, Defaults, FlagChanged, Full, OtherEntry, Place, PreQueued, QueueStore, SoldOut, StoreFull,
-    StoreUnavailable, SwitchedOff, Unknown, Waiting,
-)
+from chalicelib.redis_connection import StoreFull, StoreUnavailable
+from chalicelib.store import Defaults, QueueStore
 from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner

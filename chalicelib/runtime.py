@@ -10,7 +10,8 @@ from chalicelib.events import EventBridgeSink, FileSink, Publisher
 from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
-from chalicelib.store import Breaker, QueueStore, connect
+from chalicelib.redis_connection import Breaker, connect
+from chalicelib.store import QueueStore
 from chalicelib.tokens import TokenSigner
 
 

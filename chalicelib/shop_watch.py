@@ -10,8 +10,9 @@ from typing import Callable
 from chalicelib.errors import OriginUnavailable
 from chalicelib.observability import count, logger
 from chalicelib.origin import OriginAnswer
+from chalicelib.redis_connection import StoreUnavailable
 from chalicelib.shop_health import Purchase
-from chalicelib.store import QueueStore, StoreUnavailable
+from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken
 

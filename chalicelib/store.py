@@ -1,7 +1,8 @@
-"""The Redis gateway: the only code that knows key names and Lua scripts.
+"""The Redis gateway: the only code that calls the Lua scripts, with the keys of queue_keys.py.
 
-Every key of one target shares the hash tag `{type:id}`, so each script runs in one cluster slot.
-Each client-facing method is one script call: one round trip.
+Each client-facing method is one script call: one round trip; one pump tick is one pipeline for every target.
+What the scripts answer is in answers.py, the connection and its failures in redis_connection.py, loading and
+pipelining scripts in scripts.py.
 """
 
 from __future__ import annotations
@@ -9,31 +10,23 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
+from typing import Mapping, Sequence
 
 import pybreaker
 import redis
-from redis.backoff import NoBackoff
-from redis.commands.core import Script
-from redis.connection import Encoder
-from redis.exceptions import NoScriptError, RedisClusterException
 from redis.lock import Lock
-from redis.retry import Retry
 
 from chalicelib import shop_health, waits
+from chalicelib.answers import OtherEntry, Place, QueueFigures, TargetTick, place_of
 from chalicelib.errors import QueueError
 from chalicelib.flags import QUEUED, Decision
 from chalicelib.observability import logger
+from chalicelib.queue_keys import QueueKeys
+from chalicelib.redis_connection import REDIS_FAILURES, Breaker, RedisClient, StoreFull, StoreUnavailable
+from chalicelib.scripts import load_script, run_pipelined
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target, parse_target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket
-
-# Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
-LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
-
-RedisClient = Union[redis.Redis, redis.RedisCluster]
-T = TypeVar("T")
 
 # How long enter trusts a target's registration before refreshing it (heals a registration lost to a fault).
 REGISTRATION_REFRESH_MS = 60_000
@@ -46,167 +39,6 @@ KNOWN_SINCE = "known_since_ms"
 # The outbox (lua/outbox.lua): how long a stream outlives its last event when nothing publishes it. A
 # registration for the sake of events lasts as long.
 OUTBOX_TTL_MS = 86_400_000
-# Scripts that report a change of state: lua/outbox.lua goes before them.
-_REPORTING = {"admit", "evict", "leave", "restore", "observe_purchase", "configure", "draw_finish"}
-
-
-class Consumption:
-    """What consume.lua made of a purchase's use of a token."""
-
-    FIRST = "FIRST"  # this purchase used the token
-    RETRY = "RETRY"  # an earlier purchase's outcome was unknown: this one forwards it again, under the same key
-    USED = "USED"
-    REVOKED = "REVOKED"  # its holder left the queue
-    UNKNOWN_TARGET = "UNKNOWN_TARGET"  # no operator opened the token's target: nothing was written
-
-
-class StoreUnavailable(Exception):
-    """Queue state cannot be read or written now: Redis failed, or the circuit breaker is skipping it."""
-
-
-class StoreFull(StoreUnavailable):
-    """Redis is out of memory (`noeviction`): it reads, but refuses writes. Full, not down: nobody is let in."""
-
-
-class Breaker(pybreaker.CircuitBreaker):
-    """pybreaker's circuit breaker without its lock around the whole guarded call: with that lock, concurrent
-    calls (a threaded server) wait for each other's timeouts one after another, far past the timeout budget.
-    State changes keep their own locks; at worst a few concurrent calls make the half-open trial together.
-    Out of memory is an answer, not an outage: it never opens the breaker."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, exclude=[redis.OutOfMemoryError], **kwargs)
-
-    def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return self.state.call(func, *args, **kwargs)
-
-
-def connect(url: str, *, cluster: bool = False) -> RedisClient:
-    """A client that fails fast: short timeouts and no blind retry (scripts are not all idempotent)."""
-    options = dict(
-        decode_responses=True,
-        socket_connect_timeout=0.2,
-        socket_timeout=0.5,
-        retry=Retry(NoBackoff(), 0),
-    )
-    if cluster:
-        return cast(redis.RedisCluster, _ClusterOnFirstUse(url, options))
-    return redis.Redis.from_url(url, **options)
-
-
-# What a failing Redis raises: redis-py's cluster client raises RedisClusterException (not a RedisError) when it
-# cannot reach any node to learn the slot map.
-REDIS_FAILURES = (redis.RedisError, RedisClusterException)
-
-
-class _ClusterOnFirstUse:
-    """A RedisCluster built on its first command. Building one asks a node for the slot map, so building it up
-    front would turn a cold start during an outage into an error instead of a fail-open answer."""
-
-    def __init__(self, url: str, options: dict[str, Any]) -> None:
-        self._url, self._options = url, options
-        self._client: redis.RedisCluster | None = None
-
-    def get_encoder(self) -> Encoder:
-        # Scripts hash their text with it when registered, before any command is sent.
-        return Encoder("utf-8", "strict", self._options["decode_responses"])
-
-    def register_script(self, script: str) -> Script:
-        return Script(self, script)
-
-    def lock(self, name: str, **options: Any) -> Lock:
-        return Lock(self, name, **options)
-
-    def __getattr__(self, name: str) -> Any:
-        if callable(getattr(redis.RedisCluster, name, None)):
-            return lambda *args, **kwargs: getattr(self._connected(), name)(*args, **kwargs)
-        return getattr(self._connected(), name)
-
-    def _connected(self) -> redis.RedisCluster:
-        # Unlocked: two threads may both build one, and the spare is dropped; a lock would make concurrent
-        # requests wait out each other's connect timeouts while the cluster is down.
-        if self._client is None:
-            try:
-                self._client = redis.RedisCluster.from_url(self._url, **self._options)
-            except RedisClusterException as err:
-                raise redis.ConnectionError(str(err)) from None
-        return self._client
-
-
-def load_script(client: RedisClient, name: str) -> redis.commands.core.Script:
-    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events), registered once and then called by SHA."""
-    text = (LUA_DIR / f"{name}.lua").read_text()
-    if name in _REPORTING:
-        text = (LUA_DIR / "outbox.lua").read_text() + text
-    return client.register_script(text)
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """In line: `ahead` users not yet admitted have a smaller seq; the line moves at `rate` users per second."""
-
-    seq: int
-    ahead: int
-    rate: float  # measured by the pump while users wait, else the target's configured rate
-    paused: bool = False
-    created: bool = False
-
-
-@dataclass(frozen=True)
-class PreQueued:
-    """Waiting for the opening at `opens_at_ms`, to be placed in line by the opening draw."""
-
-    arrival: int
-    opens_at_ms: int | None
-    created: bool = False
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """Holds the entry token of `grant` (as queue state spells it); `issued_now` when this very call admitted the user."""
-
-    grant: str
-    issued_now: bool
-
-
-class Full:
-    """The line is at capacity."""
-
-
-class Closed:
-    """The target's line is closed to newcomers (past its closesAt)."""
-
-
-class Gone:
-    """Neither in line nor holding a live token."""
-
-
-class OtherEntry:
-    """The ticket is of an earlier entry of this user, not of their current one."""
-
-
-class SoldOut:
-    """The target is sold out: the user's place, if they had one, was released."""
-
-
-class Unknown:
-    """No operator opened the target: nothing was written."""
-
-
-class SwitchedOff:
-    """The queue is off for this user (the caller's decision, checked against the target's flag version)."""
-
-
-@dataclass(frozen=True)
-class FlagChanged:
-    """The target is marked with flag version `version`, not the one the caller decided by: nothing changed."""
-
-    version: str
-
-
-Place = Union[
-    Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry, SoldOut, Unknown, SwitchedOff, FlagChanged,
-]
 
 
 @dataclass(frozen=True)
@@ -221,28 +53,6 @@ class Defaults:
 
 
 @dataclass(frozen=True)
-class QueueFigures:
-    """Counters of one target's line, as kept in Redis."""
-
-    waiting: int  # in line, not yet admitted
-    admitted: int  # admitted by the pump since the queue started
-    left: int
-    evicted: int
-    wait_ms: int  # total wait of the users who collected their token
-    wait_histogram: dict[int, int]  # bucket (see waits.py) -> users
-    measured_rate: float | None
-    pre_queued: int  # waiting for the opening draw
-    active: int  # admitted and not done: still collecting, or holding a live unused token
-    config: TargetConfig
-    draw: dict[str, str]  # the opening draw's record: opens_at_ms, seed, state, count, drawn_at_ms
-    known: bool  # an operator opened the target (or a first enter did, where targets open on first use)
-    sold_out_released: int  # users told SOLD_OUT whose place was released
-    orders: int  # purchases the shop accepted (2xx)
-    allowed_batch: float | None  # users per tick the shop's health allows (originSlo), if adjusted
-    purchases: list[shop_health.Purchase]  # the latest forwarded purchases, newest first
-
-
-@dataclass(frozen=True)
 class PumpRules:
     """How one pump tick treats every target."""
 
@@ -253,57 +63,6 @@ class PumpRules:
     max_evict: int
     idle_ttl_ms: int
     following: shop_health.FollowRules = shop_health.FollowRules()
-
-
-@dataclass(frozen=True)
-class TargetTick:
-    """What one pump tick did to one target."""
-
-    applied_tick: int | None  # None: this tick had already been applied (a duplicate pump)
-    admitted: int
-    mark: int
-    waiting: int  # not yet admitted, after this tick
-    evicted: int
-    idle: bool  # nobody left in line: the target's registration was dropped
-    server_ms: int  # Redis TIME when the tick ran
-    needs_draw: bool  # the target has opened and its pre-queue waits for the opening draw
-    tick_ms: int  # the target's configuration in force: tick length, batch,
-    batch: int
-    max_waiting: int | None  # ...and its own capacity and max-active, if set
-    max_active: int | None
-    paused: bool = False
-    sold_out: bool = False
-    per_tick: float = 0.0  # users per tick in force: the batch, less while the shop is unhealthy; 0 paused or sold out
-
-
-class QueueKeys:
-    """Key names of one target's queue state."""
-
-    def __init__(self, prefix: str, target: Target) -> None:
-        self.base = f"{prefix}:{{{target}}}"
-        self.waiting = f"{self.base}:waiting"
-        self.heartbeat = f"{self.base}:heartbeat"
-        self.seq = f"{self.base}:seq"
-        self.mark = f"{self.base}:mark"
-        self.registered = f"{self.base}:registered"
-        self.tick = f"{self.base}:tick"
-        self.config = f"{self.base}:config"
-        self.prequeue = f"{self.base}:prequeue"
-        self.draw = f"{self.base}:draw"
-        self.active = f"{self.base}:active"
-        self.stats = f"{self.base}:stats"
-        self.waits = f"{self.base}:waits"
-        self.admissions = f"{self.base}:admissions"
-        self.revoked = f"{self.base}:revoked"
-        self.health = f"{self.base}:health"
-        self.purchases = f"{self.base}:purchases"
-        self.events = f"{self.base}:events"
-
-    def token(self, user_id: int) -> str:
-        return f"{self.base}:token:{user_id}"
-
-    def consumed(self, token_id: str) -> str:
-        return f"{self.base}:consumed:{token_id}"
 
 
 class QueueStore:
@@ -359,7 +118,7 @@ class QueueStore:
         )
         if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
             self._register(target, defaults.idle_ttl_ms)
-        return _place(reply)
+        return place_of(reply)
 
     def status(
         self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, ticket: QueueTicket, defaults: Defaults,
@@ -372,7 +131,7 @@ class QueueStore:
         """
         k = self.keys(target)
         wait_ms = max(0, now_ms - ticket.entered_at_ms)
-        return _place(self._guarded(
+        return place_of(self._guarded(
             self._status,
             [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active,
              k.draw],
@@ -629,7 +388,7 @@ class QueueStore:
                  k.prequeue, k.draw, k.active, k.health, k.events],
                 [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms, *self.outbox],
             ))
-        replies = self._run_pipelined(calls)
+        replies = run_pipelined(self.client, calls)
         results: dict[Target, TargetTick | Exception] = {}
         for target, evicted, adjusted, admitted in zip(targets, replies[0::3], replies[1::3], replies[2::3]):
             error = next((r for r in (evicted, adjusted, admitted) if isinstance(r, Exception)), None)
@@ -650,34 +409,7 @@ class QueueStore:
     def forget_targets(self, nonces: Mapping[Target, int]) -> list[Target]:
         """Drop idle targets from the registry, each only if it was not registered again since `nonces` was read."""
         calls = [(self._forget_target, [self.targets_key], [str(target), nonce]) for target, nonce in nonces.items()]
-        return [target for target, gone in zip(nonces, self._run_pipelined(calls)) if gone == 1]
-
-    def _run_pipelined(self, calls: list[tuple[redis.commands.core.Script, list, list]]) -> list:
-        """Script calls in one non-transactional pipeline (per node in a cluster); each answer or its error.
-
-        Scripts the server has lost (restart, failover) are loaded and only the calls they failed are sent
-        again: every pump script is safe to repeat (a tick applies once, evicting and forgetting are idempotent).
-        """
-        replies = self._send(calls)
-        lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if lost:
-            for script in {calls[i][0] for i in lost}:
-                script.sha = self.client.script_load(script.script)
-            for i, reply in zip(lost, self._send([calls[i] for i in lost])):
-                replies[i] = reply
-        return replies
-
-    def _send(self, calls: list[tuple[redis.commands.core.Script, list, list]]) -> list:
-        if not calls:
-            return []
-        pipe = self.client.pipeline(transaction=False)
-        for script, keys, args in calls:
-            # Raw EVALSHA: a Script call would make the pipeline check SCRIPT EXISTS first (a second round
-            # trip), and a cluster pipeline refuses its `evalsha()` because it cannot load scripts; lost
-            # scripts are loaded by `_run_pipelined` instead.
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        return pipe.execute(raise_on_error=False)
-
+        return [target for target, gone in zip(nonces, run_pipelined(self.client, calls)) if gone == 1]
 
 def _switch_args(decision: Decision) -> list:
     """The scripts' last two arguments: the flag version the caller decided by, and its decision."""
@@ -687,31 +419,3 @@ def _switch_args(decision: Decision) -> list:
 def _pairs(flat: list) -> dict[str, str]:
     """A Redis flat field/value reply (HGETALL in a script) as a dict."""
     return dict(zip(flat[0::2], flat[1::2]))
-
-
-def _place(reply: list) -> Place:
-    kind = reply[0]
-    if kind == "WAITING":
-        return Waiting(seq=int(reply[1]), ahead=int(reply[2]), rate=float(reply[3]), paused=reply[4] == 1,
-                       created=len(reply) > 5 and reply[5] == 1)
-    if kind == "PRE_QUEUE":
-        return PreQueued(arrival=int(reply[1]), opens_at_ms=int(reply[2]) if reply[2] else None,
-                         created=len(reply) > 3 and reply[3] == 1)
-    if kind == "ADMITTED":
-        # '<entry number> <grant>'
-        return Admitted(grant=reply[1].split(" ")[-1], issued_now=reply[2] == 1)
-    if kind == "FULL":
-        return Full()
-    if kind == "CLOSED":
-        return Closed()
-    if kind == "OTHER_ENTRY":
-        return OtherEntry()
-    if kind == "SOLD_OUT":
-        return SoldOut()
-    if kind == "UNKNOWN_TARGET":
-        return Unknown()
-    if kind == "OFF":
-        return SwitchedOff()
-    if kind == "FLAG":
-        return FlagChanged(reply[1])
-    return Gone()

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 from chalicelib.config import ConfigError, load_settings  # noqa: E402
 from chalicelib.events import FileSink, Publisher  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
-from chalicelib.store import QueueStore, connect  # noqa: E402
+from chalicelib.redis_connection import connect  # noqa: E402
+from chalicelib.store import QueueStore  # noqa: E402
 from infra.demo_shop import DemoShop, ShopProcess  # noqa: E402
 
 DEFAULT_STOCK = 100

@@ -14,9 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 from chalicelib import polling
+from chalicelib.answers import TargetTick
 from chalicelib.gate import purchase_path
 from chalicelib.pump import TickReport
-from chalicelib.store import TargetTick
 from chalicelib.targets import Target
 from infra import sale_figures
 from infra.sale_cost import Deployment, SaleLoad, sale_cost

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from chalicelib.answers import TargetTick
 from chalicelib.pump import Pump
-from chalicelib.store import QueueStore, TargetTick, connect
+from chalicelib.redis_connection import connect
+from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from infra.local_stack import LocalStack, wait_until_up
 

@@ -26,7 +26,8 @@ os.environ.update({
 from chalicelib import runtime  # noqa: E402  (needs the environment above)
 from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
-from chalicelib.store import QueueStore, connect  # noqa: E402
+from chalicelib.redis_connection import connect  # noqa: E402
+from chalicelib.store import QueueStore  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
 from tests.redis_servers import OwnRedis, ValkeyCluster  # noqa: E402
 

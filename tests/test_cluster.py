@@ -15,12 +15,14 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
 from chalicelib import runtime
+from chalicelib.answers import TargetTick
 from chalicelib.config import load_settings
 from chalicelib.errors import EntryTokenUsed
-from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.pump import Pump
+from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.queue import WaitingRoom
-from chalicelib.store import Breaker, QueueStore, TargetTick, connect
+from chalicelib.redis_connection import Breaker, connect
+from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
 from tests.redis_servers import ValkeyCluster

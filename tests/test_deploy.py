@@ -17,7 +17,7 @@ from chalicelib import aws, gate, runtime
 from chalicelib.config import ConfigError, Keyring, load_settings
 from chalicelib.observability import count
 from chalicelib.pump import Pump
-from chalicelib.store import connect
+from chalicelib.redis_connection import connect
 from chalicelib.target_config import parse_config
 from chalicelib.targets import Target
 from infra.package import deep_merge, merge_template

@@ -15,7 +15,8 @@ import pytest
 from chalicelib import runtime
 from chalicelib.errors import EntryTokenUsed, OriginUnavailable, QueueError
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
-from chalicelib.store import Breaker, QueueStore, connect
+from chalicelib.redis_connection import Breaker, connect
+from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 
 pytestmark = pytest.mark.faults

@@ -21,13 +21,14 @@ from chalicelib import runtime
 from chalicelib.errors import QueueError
 from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseRequest
-from chalicelib.store import QueueStore, connect
+from chalicelib.redis_connection import connect
+from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from tests.redis_servers import OwnRedis
 
 pytestmark = pytest.mark.faults
 
-CONNECT_S, COMMAND_S = 0.2, 0.5  # the timeouts of store.connect
+CONNECT_S, COMMAND_S = 0.2, 0.5  # the timeouts of redis_connection.connect
 SLACK_S = 0.5  # scheduling on a 2-core machine shared by the load threads, the pump and the servers
 CALL_BUDGET_S = CONNECT_S + COMMAND_S + SLACK_S
 BREAKER_FAILURES, BREAKER_COOLDOWN_MS = 3, 300

@@ -15,9 +15,10 @@ from botocore.stub import Stubber
 from chalicelib import runtime
 from chalicelib.flag_sync import sync
 from chalicelib.flags import AppConfigSession, flag_version
-from chalicelib.store import QueueStore, connect
-from chalicelib.targets import Target
+from chalicelib.redis_connection import connect
+from chalicelib.store import QueueStore
 from chalicelib.target_config import parse_config
+from chalicelib.targets import Target
 
 DROP = Target("limited-drop", 42)
 OTHER = Target("ticketing-event", 7)

@@ -18,8 +18,8 @@ PROBE = textwrap.dedent("""
     import json, sys, types
     sys.path.insert(0, ".")
     from pathlib import Path
-    import app, chalicelib.store
-    assert chalicelib.store.LUA_DIR.parent == Path.cwd().resolve(), chalicelib.store.LUA_DIR
+    import app, chalicelib.scripts
+    assert chalicelib.scripts.LUA_DIR.parent == Path.cwd().resolve(), chalicelib.scripts.LUA_DIR
 
     context = types.SimpleNamespace(
         function_name="api_handler", memory_limit_in_mb=128, aws_request_id="probe",

@@ -11,9 +11,11 @@ import pytest
 from redis.exceptions import LockNotOwnedError
 
 from chalicelib import runtime
+from chalicelib.answers import TargetTick
 from chalicelib.errors import NotInQueue
 from chalicelib.pump import RUN_WINDOW_MS, STOP_BEFORE_DEADLINE_MS, Pump, ticks_requested
-from chalicelib.store import QueueStore, TargetTick, connect
+from chalicelib.redis_connection import connect
+from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 
 DROP = Target("limited-drop", 42)

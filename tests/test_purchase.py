@@ -9,10 +9,11 @@ import pytest
 import redis
 
 from chalicelib import runtime
+from chalicelib.answers import Consumption
 from chalicelib.config import load_settings
 from chalicelib.errors import EntryTokenUsed, QueueBypassDenied
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
-from chalicelib.store import CLOCK_SKEW_MARGIN_MS, Consumption, QueueStore
+from chalicelib.store import CLOCK_SKEW_MARGIN_MS, QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken
 from tests.buying import buy_at_once

@@ -27,8 +27,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from chalicelib import runtime
 from chalicelib.config import load_settings
 from chalicelib.errors import EntryTokenUsed, NotInQueue, QueueBypassDenied, QueueFull
-from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.pump import Pump
+from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target

@@ -9,7 +9,8 @@ import pytest
 from chalicelib import runtime
 from chalicelib.errors import EntryTokenUsed, InvalidQueueTicket, QueueBypassDenied, QueueUnavailable
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
-from chalicelib.store import QueueStore, connect
+from chalicelib.redis_connection import connect
+from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 from tests.observed import counted, log_lines  # noqa: F401  (a fixture)

@@ -37,9 +37,11 @@ os.environ.update({
     "POWERTOOLS_TRACE_DISABLED": "1",
 })
 
+from chalicelib.answers import TargetTick  # noqa: E402
 from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
-from chalicelib.store import Defaults, QueueStore, TargetTick, connect  # noqa: E402
+from chalicelib.redis_connection import connect  # noqa: E402
+from chalicelib.store import Defaults, QueueStore  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib import observability  # noqa: E402
 from chalicelib.tokens import EntryGrant  # noqa: E402

@@ -1,0 +1,154 @@
+"""What queue state answers, in the queue's words: a user's place (enter, status), a token's use (consume),
+a target's figures (stats), and what one pump tick did to a target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from chalicelib import shop_health
+from chalicelib.target_config import TargetConfig
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """In line: `ahead` users not yet admitted have a smaller seq; the line moves at `rate` users per second."""
+
+    seq: int
+    ahead: int
+    rate: float  # measured by the pump while users wait, else the target's configured rate
+    paused: bool = False
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class PreQueued:
+    """Waiting for the opening at `opens_at_ms`, to be placed in line by the opening draw."""
+
+    arrival: int
+    opens_at_ms: int | None
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """Holds the entry token of `grant` (as queue state spells it); `issued_now` when this very call admitted the user."""
+
+    grant: str
+    issued_now: bool
+
+
+class Full:
+    """The line is at capacity."""
+
+
+class Closed:
+    """The target's line is closed to newcomers (past its closesAt)."""
+
+
+class Gone:
+    """Neither in line nor holding a live token."""
+
+
+class OtherEntry:
+    """The ticket is of an earlier entry of this user, not of their current one."""
+
+
+class SoldOut:
+    """The target is sold out: the user's place, if they had one, was released."""
+
+
+class Unknown:
+    """No operator opened the target: nothing was written."""
+
+
+class SwitchedOff:
+    """The queue is off for this user (the caller's decision, checked against the target's flag version)."""
+
+
+@dataclass(frozen=True)
+class FlagChanged:
+    """The target is marked with flag version `version`, not the one the caller decided by: nothing changed."""
+
+    version: str
+
+
+Place = Union[
+    Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry, SoldOut, Unknown, SwitchedOff, FlagChanged,
+]
+
+
+class Consumption:
+    """What consume.lua made of a purchase's use of a token."""
+
+    FIRST = "FIRST"  # this purchase used the token
+    RETRY = "RETRY"  # an earlier purchase's outcome was unknown: this one forwards it again, under the same key
+    USED = "USED"
+    REVOKED = "REVOKED"  # its holder left the queue
+    UNKNOWN_TARGET = "UNKNOWN_TARGET"  # no operator opened the token's target: nothing was written
+
+
+@dataclass(frozen=True)
+class QueueFigures:
+    """Counters of one target's line, as kept in Redis."""
+
+    waiting: int  # in line, not yet admitted
+    admitted: int  # admitted by the pump since the queue started
+    left: int
+    evicted: int
+    wait_ms: int  # total wait of the users who collected their token
+    wait_histogram: dict[int, int]  # bucket (see waits.py) -> users
+    measured_rate: float | None
+    pre_queued: int  # waiting for the opening draw
+    active: int  # admitted and not done: still collecting, or holding a live unused token
+    config: TargetConfig
+    draw: dict[str, str]  # the opening draw's record: opens_at_ms, seed, state, count, drawn_at_ms
+    known: bool  # an operator opened the target (or a first enter did, where targets open on first use)
+    sold_out_released: int  # users told SOLD_OUT whose place was released
+    orders: int  # purchases the shop accepted (2xx)
+    allowed_batch: float | None  # users per tick the shop's health allows (originSlo), if adjusted
+    purchases: list[shop_health.Purchase]  # the latest forwarded purchases, newest first
+
+
+@dataclass(frozen=True)
+class TargetTick:
+    """What one pump tick did to one target."""
+
+    applied_tick: int | None  # None: this tick had already been applied (a duplicate pump)
+    admitted: int
+    mark: int
+    waiting: int  # not yet admitted, after this tick
+    evicted: int
+    idle: bool  # nobody left in line: the target's registration was dropped
+    server_ms: int  # Redis TIME when the tick ran
+    needs_draw: bool  # the target has opened and its pre-queue waits for the opening draw
+    tick_ms: int  # the target's configuration in force: tick length, batch,
+    batch: int
+    max_waiting: int | None  # ...and its own capacity and max-active, if set
+    max_active: int | None
+    paused: bool = False
+    sold_out: bool = False
+    per_tick: float = 0.0  # users per tick in force: the batch, less while the shop is unhealthy; 0 paused or sold out
+
+
+# How to read a script's reply, by its first element (anything else, e.g. NOT_IN_QUEUE: Gone).
+_PLACES: dict[str, Callable[[list], Place]] = {
+    "WAITING": lambda r: Waiting(seq=int(r[1]), ahead=int(r[2]), rate=float(r[3]), paused=r[4] == 1,
+                                 created=len(r) > 5 and r[5] == 1),
+    "PRE_QUEUE": lambda r: PreQueued(arrival=int(r[1]), opens_at_ms=int(r[2]) if r[2] else None,
+                                     created=len(r) > 3 and r[3] == 1),
+    "ADMITTED": lambda r: Admitted(grant=r[1].split(" ")[-1], issued_now=r[2] == 1),  # '<entry number> <grant>'
+    "FLAG": lambda r: FlagChanged(r[1]),
+    "FULL": lambda _: Full(),
+    "CLOSED": lambda _: Closed(),
+    "OTHER_ENTRY": lambda _: OtherEntry(),
+    "SOLD_OUT": lambda _: SoldOut(),
+    "UNKNOWN_TARGET": lambda _: Unknown(),
+    "OFF": lambda _: SwitchedOff(),
+}
+
+
+def place_of(reply: list) -> Place:
+    """What enter.lua or status.lua answered, as a place."""
+    read = _PLACES.get(reply[0])
+    return Gone() if read is None else read(reply)

@@ -1,0 +1,91 @@
+"""The connection to Redis (or Redis Cluster): a client that fails fast, a circuit breaker that stops paying
+timeouts, and what a failing Redis means to the queue (StoreUnavailable, StoreFull)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar, Union, cast
+
+import pybreaker
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.connection import Encoder
+from redis.exceptions import RedisClusterException
+from redis.lock import Lock
+from redis.retry import Retry
+
+RedisClient = Union[redis.Redis, redis.RedisCluster]
+T = TypeVar("T")
+
+
+class StoreUnavailable(Exception):
+    """Queue state cannot be read or written now: Redis failed, or the circuit breaker is skipping it."""
+
+
+class StoreFull(StoreUnavailable):
+    """Redis is out of memory (`noeviction`): it reads, but refuses writes. Full, not down: nobody is let in."""
+
+
+class Breaker(pybreaker.CircuitBreaker):
+    """pybreaker's circuit breaker without its lock around the whole guarded call: with that lock, concurrent
+    calls (a threaded server) wait for each other's timeouts one after another, far past the timeout budget.
+    State changes keep their own locks; at worst a few concurrent calls make the half-open trial together.
+    Out of memory is an answer, not an outage: it never opens the breaker."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, exclude=[redis.OutOfMemoryError], **kwargs)
+
+    def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return self.state.call(func, *args, **kwargs)
+
+
+def connect(url: str, *, cluster: bool = False) -> RedisClient:
+    """A client that fails fast: short timeouts and no blind retry (scripts are not all idempotent)."""
+    options = dict(
+        decode_responses=True,
+        socket_connect_timeout=0.2,
+        socket_timeout=0.5,
+        retry=Retry(NoBackoff(), 0),
+    )
+    if cluster:
+        return cast(redis.RedisCluster, _ClusterOnFirstUse(url, options))
+    return redis.Redis.from_url(url, **options)
+
+
+# What a failing Redis raises: redis-py's cluster client raises RedisClusterException (not a RedisError) when it
+# cannot reach any node to learn the slot map.
+REDIS_FAILURES = (redis.RedisError, RedisClusterException)
+
+
+class _ClusterOnFirstUse:
+    """A RedisCluster built on its first command. Building one asks a node for the slot map, so building it up
+    front would turn a cold start during an outage into an error instead of a fail-open answer."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self._url, self._options = url, options
+        self._client: redis.RedisCluster | None = None
+
+    def get_encoder(self) -> Encoder:
+        # Scripts hash their text with it when registered, before any command is sent.
+        return Encoder("utf-8", "strict", self._options["decode_responses"])
+
+    def register_script(self, script: str) -> Script:
+        return Script(self, script)
+
+    def lock(self, name: str, **options: Any) -> Lock:
+        return Lock(self, name, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        if callable(getattr(redis.RedisCluster, name, None)):
+            return lambda *args, **kwargs: getattr(self._connected(), name)(*args, **kwargs)
+        return getattr(self._connected(), name)
+
+    def _connected(self) -> redis.RedisCluster:
+        # Unlocked: two threads may both build one, and the spare is dropped; a lock would make concurrent
+        # requests wait out each other's connect timeouts while the cluster is down.
+        if self._client is None:
+            try:
+                self._client = redis.RedisCluster.from_url(self._url, **self._options)
+            except RedisClusterException as err:
+                raise redis.ConnectionError(str(err)) from None
+        return self._client
