@@ -47,7 +47,12 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 
-from chalice.local import LocalGateway, LocalGatewayException  # noqa: E402
+from infra.local_api import LambdaProxy, app_environment, load_app  # noqa: E402
+
+# The app's own settings (no Tracer, as deployed), here and in the crowd's processes, before chalicelib loads.
+app_environment()
+
+import redis  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from chalicelib.pump import Pump, TickReport  # noqa: E402
@@ -131,7 +136,8 @@ class Answer:
 class CallRecord:
     """What the crowd's calls met, by kind: when each was due (the load the crowd asked), when it was sent,
     its latency, how long it waited before it could be sent (the API's backlog here: users hear of their
-    admission that much later); every API failure."""
+    admission that much later); every API failure; and the CPU time the crowd's processes spent (calling the
+    app in them, with `--transport inproc`)."""
 
     def __init__(self) -> None:
         # One list per kind made up front: threads only append (atomic), never insert a key.
@@ -140,6 +146,7 @@ class CallRecord:
         self.sent: dict[str, list[float]] = {kind: [] for kind in KINDS}
         self.backlog: dict[str, list[float]] = {kind: [] for kind in KINDS}
         self.failures: Counter[str] = Counter()
+        self.cpu_s = 0.0
         self._lock = threading.Lock()
 
     def add(self, other: "CallRecord") -> None:
@@ -148,6 +155,7 @@ class CallRecord:
             for kind, values in theirs.items():
                 mine[kind].extend(values)
         self.failures.update(other.failures)
+        self.cpu_s += other.cpu_s
 
     def _fail(self, what: str) -> None:
         with self._lock:
@@ -232,8 +240,8 @@ class InProcessApi(CallRecord):
     """The app called as Lambda calls it (`--transport inproc`), in one of the simulator's worker processes.
 
     Deployed, API Gateway turns each request into a proxy event and Lambda calls the app with it; here
-    chalice's LocalGateway (what the local server runs for every request, and what makes the same event)
-    does that in this process, without the HTTP server, which is not part of the deployed system. Each
+    infra/local_api.py's LambdaProxy does that in this process, without the HTTP server, which is not part of
+    the deployed system. Each
     worker owns a share of the users; its loop wakes each journey when its next poll is due and answers
     the poll at once, one at a time (one container). When it falls behind, due polls and due arrivals take
     turns: a burst of arrivals does not hold up the polls of those in line (as the HTTP transport's pools per
@@ -241,9 +249,9 @@ class InProcessApi(CallRecord):
     to the local API (`http`), so that a double click is two requests at once.
     """
 
-    def __init__(self, gateway: LocalGateway, http: Api, threads: int) -> None:
+    def __init__(self, lambda_proxy: LambdaProxy, http: Api, threads: int) -> None:
         super().__init__()
-        self.gateway = gateway
+        self.lambda_proxy = lambda_proxy
         self.http = http
         self._waiter = ThreadPoolExecutor(threads, thread_name_prefix="clicks")
 
@@ -315,11 +323,7 @@ class InProcessApi(CallRecord):
         self.backlog[kind].append(max(0.0, sent_at - due))
         self.due[kind].append(min(due, sent_at))
         self.sent[kind].append(sent_at)
-        try:
-            response = self.gateway.handle_request(method, path, headers, body)
-        except LocalGatewayException:  # no such route: never asked by the crowd
-            self._fail("no route")
-            return Answer(0, None, 1.0, sent_at, time.time())
+        response = self.lambda_proxy(method, path, headers, body)
         self.latencies[kind].append(time.perf_counter() - started)
         status = response["statusCode"]
         if status >= 500:
@@ -470,9 +474,8 @@ def _worker(env: dict, users: list[User], api_url: str, threads: int, keyring, r
             results) -> None:
     """One of the simulator's worker processes (`--transport inproc`): the app, and a share of the crowd."""
     os.environ.update(env)
-    from infra.local_api import load_app
-
-    api = InProcessApi(LocalGateway(*load_app()), Api(api_url, threads), threads)
+    app, _ = load_app()
+    api = InProcessApi(LambdaProxy(app), Api(api_url, threads), threads)
     signer = TokenSigner(keyring)
     ready.release()
     go.wait()
@@ -482,8 +485,11 @@ def _worker(env: dict, users: list[User], api_url: str, threads: int, keyring, r
         with done.get_lock():
             done.value += 1
 
+    cpu = time.process_time()
     api.run(journeys, progress)
-    results.put((users, api.record()))
+    record = api.record()
+    record.cpu_s = time.process_time() - cpu
+    results.put((users, record))
 
 
 def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse.Namespace) -> tuple[float, CallRecord]:
@@ -545,6 +551,13 @@ def configure_target(api_url: str, options: argparse.Namespace) -> None:
         raise SystemExit(f"configuring the target answered {answer.status}")
 
 
+def redis_cpu_s(url: str) -> float:
+    """CPU seconds the Redis server has spent since it started."""
+    with redis.Redis.from_url(url) as client:
+        info = client.info("cpu")
+    return info["used_cpu_user"] + info["used_cpu_sys"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -576,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
                 api_workers=options.workers, shop_options=shop_options(options),
             ) as stack:
         configure_target(stack.api_url, options)
+        redis_cpu, own_cpu = redis_cpu_s(stack.env["REDIS_URL"]), time.process_time()
         if options.transport == "inproc":
             started, api = run_crowd_in_process(users, stack, options)
         else:
@@ -584,7 +598,13 @@ def main(argv: list[str] | None = None) -> int:
             started = asyncio.run(run_crowd(users, api, stack.pump, TokenSigner(stack.settings.keyring), options))
             api.close()
         finished = time.time()
-        report = analyse(options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished)
+        # Over HTTP the app runs in the local API's processes, not counted; the crowd runs in this one.
+        cpu_s = {"the app and the crowd": api.cpu_s if options.transport == "inproc" else None,
+                 "Redis": redis_cpu_s(stack.env["REDIS_URL"]) - redis_cpu,
+                 "the pump" if options.transport == "inproc" else "the pump and the crowd":
+                     time.process_time() - own_cpu}
+        report = analyse(options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished,
+                         cpu_s)
     # After the stack stopped: the pump's last round of publishing is in the file.
     report["events"] = dict(sorted(collections.Counter(
         json.loads(line)["detail-type"] for line in events_file.read_text().splitlines()).items())) \

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -49,8 +50,9 @@ def percentile(values: list[float], share: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
 
 
-def analyse(options, users, api, pump, shop, settings, started, finished) -> dict:
-    """The report: figures, series for the plot, the checks with their verdicts, the targets with theirs."""
+def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s) -> dict:
+    """The report: figures, series for the plot, the checks with their verdicts, the targets with theirs.
+    `cpu_s`: CPU seconds spent while the crowd ran, by whom."""
     batch, tick_ms = settings.batch_size, settings.tick_ms
 
     # Admissions per tick, from the pump's own record. A tick after which users still waited had to admit
@@ -168,6 +170,7 @@ def analyse(options, users, api, pump, shop, settings, started, finished) -> dic
                       "tokens_used_twice": tokens_used_twice,
                       "double_clicks": sum(len(u.purchase_answers) > 1 for u in users)},
         "api_failures": dict(api.failures),
+        "machine": _machine(cpu_s, answered),
         "sold_out": sale_figures.sold_out(users, shop, started),
         "shop_load": sale_figures.shop_load(shop, started, finished, ticks, options.shop_capacity,
                                             options.origin_slo_p95_ms),
@@ -322,11 +325,20 @@ def plot(report: dict, path: Path) -> None:
     plt.close(figure)
 
 
+def _machine(cpu_s: dict, answered: int) -> dict:
+    """What each request answered cost this machine's CPU, all told, and the rate its cores could answer at that cost
+    (beyond it, requests wait: the API's backlog)."""
+    per_request = {who: round(s * 1e6 / max(1, answered)) for who, s in cpu_s.items() if s is not None}
+    return {"meaning": "CPU time spent while the crowd ran, per request answered (microseconds)",
+            "cpu_us_per_request": per_request, "cores": os.cpu_count(),
+            "requests_per_s_at_that_cost": round((os.cpu_count() or 1) * 1e6 / max(1, sum(per_request.values())))}
+
+
 def summary(report: dict, out: Path) -> str:
     u, a, s, o = report["users"], report["admissions"], report["shop"], report["oversells"]
     e, n = report["eta_error_s"], report["notice_s"]
     paced, fixed = report["load"]["paced"], report["load"]["fixed_2.5s_poll"]
-    cost = report["cost_usd"]
+    cost, m = report["cost_usd"], report["machine"]
     latency = "; ".join(f"{kind} p50 {v['p50']} ms p95 {v['p95']} ms" for kind, v in report["latency_ms"].items())
     outcomes = ", ".join(f"{k} {what}" for what, k in sorted(u["outcomes"].items(), key=lambda item: -item[1]))
     failed = [name for name, ok in report["checks"].items() if not ok]
@@ -371,6 +383,10 @@ def summary(report: dict, out: Path) -> str:
         f"  oversells   {o['units_over_stock'] + o['second_orders']}; entry tokens used twice {o['tokens_used_twice']} "
         f"({o['double_clicks']} double clicks)",
         f"  API errors  {report['api_failures'] or 0}",
+        f"  machine     CPU per request answered: "
+        + ", ".join(f"{who} {us} us" for who, us in m["cpu_us_per_request"].items())
+        + f" (at that cost this machine's {m['cores']} cores answer at most {m['requests_per_s_at_that_cost']} "
+        f"requests/s)",
         sale_figures.summary_lines(report["sold_out"], report["shop_load"]),
         f"  targets     {targets}",
         "  checks      " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)),

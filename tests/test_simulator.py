@@ -59,3 +59,29 @@ def test_the_http_transport_runs_the_same_sale_through_the_local_api(env, prefix
     assert report["parameters"]["transport"] == "http" and "transport http" in run.stdout
     assert report["shop"]["orders"] == 300 and report["oversells"]["units_over_stock"] == 0
     assert report["api_failures"] == {} and report["ok"] and run.returncode == 0, run.stdout
+
+
+def test_the_crowds_lambda_proxy_calls_the_app_as_chalices_local_gateway_does(api):
+    # The simulator's processes call the app through LambdaProxy; the `api` fixture's client, through LocalGateway.
+    from app import app
+    from infra.local_api import LambdaProxy
+
+    proxy = LambdaProxy(app)
+    entries = "/virtual-queues/limited-drop/42/entries"
+    entered = proxy("POST", entries, {"X-User-Id": "7"})
+    assert entered["statusCode"] == 200
+    me = {"X-User-Id": "7", "X-Queue-Ticket": json.loads(entered["body"])["queueTicket"]}
+
+    def answer(status_code, text):
+        return status_code, {**json.loads(text), "pollAfterMs": "jittered"}
+
+    by_proxy = proxy("GET", entries + "/me", me)
+    by_gateway = api.http.get(entries + "/me", headers=me)
+    assert answer(by_proxy["statusCode"], by_proxy["body"]) == answer(by_gateway.status_code, by_gateway.body)
+    assert json.loads(by_proxy["body"])["position"] == 1
+    bad = "/virtual-queues/limited-drop/0/entries"
+    by_proxy, by_gateway = proxy("POST", bad, {"X-User-Id": "7"}), api.http.post(bad, headers={"X-User-Id": "7"})
+    assert (by_proxy["statusCode"], json.loads(by_proxy["body"])) == (400, json.loads(by_gateway.body))
+    assert proxy("DELETE", entries + "/me", me)["statusCode"] == 204
+    with pytest.raises(ValueError):
+        proxy("GET", "/nowhere", {})
