@@ -598,11 +598,11 @@ def main(argv: list[str] | None = None) -> int:
             started = asyncio.run(run_crowd(users, api, stack.pump, TokenSigner(stack.settings.keyring), options))
             api.close()
         finished = time.time()
-        # Over HTTP the app runs in the local API's processes, not counted; the crowd runs in this one.
-        cpu_s = {"the app and the crowd": api.cpu_s if options.transport == "inproc" else None,
-                 "Redis": redis_cpu_s(stack.env["REDIS_URL"]) - redis_cpu,
-                 "the pump" if options.transport == "inproc" else "the pump and the crowd":
-                     time.process_time() - own_cpu}
+        redis_cpu, own_cpu = redis_cpu_s(stack.env["REDIS_URL"]) - redis_cpu, time.process_time() - own_cpu
+        # Over HTTP the app runs in the local API's processes (not counted), and the crowd in this one.
+        cpu_s = {"the app and the crowd": api.cpu_s, "Redis": redis_cpu, "the pump": own_cpu} \
+            if options.transport == "inproc" else \
+            {"the app (the local API)": None, "Redis": redis_cpu, "the pump and the crowd": own_cpu}
         report = analyse(options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished,
                          cpu_s)
     # After the stack stopped: the pump's last round of publishing is in the file.

@@ -327,11 +327,12 @@ def plot(report: dict, path: Path) -> None:
 
 def _machine(cpu_s: dict, answered: int) -> dict:
     """What each request answered cost this machine's CPU, all told, and the rate its cores could answer at that cost
-    (beyond it, requests wait: the API's backlog)."""
-    per_request = {who: round(s * 1e6 / max(1, answered)) for who, s in cpu_s.items() if s is not None}
+    (beyond it, requests wait: the API's backlog). `cpu_s` None for a share not counted: then no rate."""
+    per_request = {who: None if s is None else round(s * 1e6 / max(1, answered)) for who, s in cpu_s.items()}
+    cores, counted = os.cpu_count() or 1, None not in per_request.values()
     return {"meaning": "CPU time spent while the crowd ran, per request answered (microseconds)",
-            "cpu_us_per_request": per_request, "cores": os.cpu_count(),
-            "requests_per_s_at_that_cost": round((os.cpu_count() or 1) * 1e6 / max(1, sum(per_request.values())))}
+            "cpu_us_per_request": per_request, "cores": cores,
+            "requests_per_s_at_that_cost": round(cores * 1e6 / max(1, sum(per_request.values()))) if counted else None}
 
 
 def summary(report: dict, out: Path) -> str:
@@ -383,10 +384,10 @@ def summary(report: dict, out: Path) -> str:
         f"  oversells   {o['units_over_stock'] + o['second_orders']}; entry tokens used twice {o['tokens_used_twice']} "
         f"({o['double_clicks']} double clicks)",
         f"  API errors  {report['api_failures'] or 0}",
-        f"  machine     CPU per request answered: "
-        + ", ".join(f"{who} {us} us" for who, us in m["cpu_us_per_request"].items())
-        + f" (at that cost this machine's {m['cores']} cores answer at most {m['requests_per_s_at_that_cost']} "
-        f"requests/s)",
+        "  machine     CPU per request answered: "
+        + ", ".join(f"{who} {'not counted' if us is None else f'{us} us'}" for who, us in m["cpu_us_per_request"].items())
+        + (f" (at that cost this machine's {m['cores']} cores answer at most {m['requests_per_s_at_that_cost']} "
+           "requests/s)" if m["requests_per_s_at_that_cost"] else ""),
         sale_figures.summary_lines(report["sold_out"], report["shop_load"]),
         f"  targets     {targets}",
         "  checks      " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)),
