@@ -8,8 +8,6 @@ from typing import Any, Callable, TypeVar, Union, cast
 import pybreaker
 import redis
 from redis.backoff import NoBackoff
-from redis.commands.core import Script
-from redis.connection import Encoder
 from redis.exceptions import RedisClusterException
 from redis.lock import Lock
 from redis.retry import Retry
@@ -36,7 +34,16 @@ class Breaker(pybreaker.CircuitBreaker):
         super().__init__(*args, exclude=[redis.OutOfMemoryError], **kwargs)
 
     def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return self.state.call(func, *args, **kwargs)
+        state = self.state
+        if state.name != pybreaker.STATE_CLOSED or self.fail_counter or self._listeners:
+            return state.call(func, *args, **kwargs)
+        # Closed with no failure counted, as on nearly every call: a success changes nothing, so only a failure
+        # goes through the state's bookkeeping (which counts it, may open the breaker, and raises).
+        try:
+            return func(*args, **kwargs)
+        except BaseException as err:
+            state._handle_error(err)
+            raise
 
 
 def connect(url: str, *, cluster: bool = False) -> RedisClient:
@@ -64,13 +71,6 @@ class _ClusterOnFirstUse:
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self._url, self._options = url, options
         self._client: redis.RedisCluster | None = None
-
-    def get_encoder(self) -> Encoder:
-        # Scripts hash their text with it when registered, before any command is sent.
-        return Encoder("utf-8", "strict", self._options["decode_responses"])
-
-    def register_script(self, script: str) -> Script:
-        return Script(self, script)
 
     def lock(self, name: str, **options: Any) -> Lock:
         return Lock(self, name, **options)

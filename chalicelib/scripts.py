@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-import redis
 from redis.exceptions import NoScriptError
 
 from chalicelib.redis_connection import RedisClient
@@ -15,15 +15,33 @@ LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 _REPORTING = {"admit", "evict", "leave", "restore", "observe_purchase", "configure", "draw_finish"}
 
 
-def load_script(client: RedisClient, name: str) -> redis.commands.core.Script:
-    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events), registered once and then called by SHA."""
+class Script:
+    """One script of `client`'s, called by SHA as a raw EVALSHA: redis-py's Script checks on every call whether
+    its client is a pipeline, which costs about as much as the rest of its work on the client's side."""
+
+    def __init__(self, client: RedisClient, script: str) -> None:
+        self.client = client
+        self.script = script
+        self.sha = hashlib.sha1(script.encode()).hexdigest()
+
+    def __call__(self, keys: list, args: list) -> object:
+        """The script's reply; a script the server has lost (restart, failover) is loaded and called again."""
+        try:
+            return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self.sha = self.client.script_load(self.script)
+            return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+
+
+def load_script(client: RedisClient, name: str) -> Script:
+    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events), loaded on its first call and then called by SHA."""
     text = (LUA_DIR / f"{name}.lua").read_text()
     if name in _REPORTING:
         text = (LUA_DIR / "outbox.lua").read_text() + text
-    return client.register_script(text)
+    return Script(client, text)
 
 
-def run_pipelined(client: RedisClient, calls: list[tuple[redis.commands.core.Script, list, list]]) -> list:
+def run_pipelined(client: RedisClient, calls: list[tuple[Script, list, list]]) -> list:
     """Script calls in one non-transactional pipeline (per node in a cluster); each answer or its error.
 
     Scripts the server has lost (restart, failover) are loaded and only the calls they failed are sent
@@ -39,13 +57,12 @@ def run_pipelined(client: RedisClient, calls: list[tuple[redis.commands.core.Scr
     return replies
 
 
-def _send(client: RedisClient, calls: list[tuple[redis.commands.core.Script, list, list]]) -> list:
+def _send(client: RedisClient, calls: list[tuple[Script, list, list]]) -> list:
     if not calls:
         return []
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
-        # Raw EVALSHA: a Script call would make the pipeline check SCRIPT EXISTS first (a second round
-        # trip), and a cluster pipeline refuses its `evalsha()` because it cannot load scripts; lost
-        # scripts are loaded by `run_pipelined` instead.
+        # Raw EVALSHA: a cluster pipeline cannot load scripts (it refuses redis-py's `evalsha()`); lost scripts
+        # are loaded by `run_pipelined` instead.
         pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
     return pipe.execute(raise_on_error=False)

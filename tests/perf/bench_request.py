@@ -128,7 +128,7 @@ class Spans:
 def instrument(spans: Spans) -> None:
     """Wrap the functions of each component, where this version of the code has them."""
     import chalice.app
-    import redis.commands.core
+    import redis
 
     import app as app_module
     from chalicelib import flags, queue, tokens
@@ -147,7 +147,8 @@ def instrument(spans: Spans) -> None:
     # Chalice serializes the answer with its module's `json.dumps`: a stand-in module whose dumps is timed.
     chalice.app.json = types.SimpleNamespace(loads=json.loads, dumps=json.dumps)
     spans.wrap(chalice.app.json, "dumps", "JSON")
-    spans.wrap_redis(redis.commands.core.Script, "__call__")
+    # The client's command (packing, sending, parsing), whatever calls it: what the floor's route calls too.
+    spans.wrap_redis(redis.Redis, "execute_command")
 
 
 def calibrate(spans: Spans) -> dict[str, float]:
