@@ -173,7 +173,7 @@ class _InEffect(StoreProvider):
     def __init__(self) -> None:
         self.configuration: dict[str, Any] | None = None
         self.version = NO_CONFIGURATION
-        self.decided: dict[Target, bool] | None = None
+        self.decided: dict[Target, Decision] | None = None
 
     def put(self, configuration: dict[str, Any], version: str | None = None) -> None:
         self.configuration = configuration
@@ -210,7 +210,7 @@ class QueueSwitch:
         in_effect = self._in_effect
         decided = in_effect.decided
         if decided is not None and target in decided:
-            return Decision(decided[target], in_effect.version)
+            return decided[target]
         context: dict[str, Any] = {"target": str(target), "type": target.type}
         if user_id is not None:
             context["user_id"] = user_id
@@ -219,9 +219,10 @@ class QueueSwitch:
         except Exception:  # a malformed schema raises; the switch must still answer
             logger.exception("feature flag evaluation failed; using the default", extra={"default": self.default})
             return Decision(self.default, in_effect.version)
+        decision = Decision(queued, in_effect.version)
         if decided is not None:
-            decided[target] = queued
-        return Decision(queued, in_effect.version)
+            decided[target] = decision
+        return decision
 
     def adopt(self, version: str, configuration: dict[str, Any]) -> None:
         """Decide by `configuration` (pushed through the queue's store) until the source brings a newer one."""
