@@ -18,9 +18,7 @@ from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorize
 from chalicelib import gate, page, runtime
 from chalicelib.errors import QueueError
 from chalicelib.observability import add_request_keys, close_request_keys, count, logger, metrics, open_request_keys, tracer
-from chalicelib.flag_sync import sync as sync_flag
 from chalicelib.purchase import PurchaseRequest
-from chalicelib.pump import Pump, ticks_requested
 from chalicelib.target_config import parse_config
 from chalicelib.targets import parse_target, parse_user_id
 
@@ -194,6 +192,9 @@ def select_seats(event_id):
 def admission_pump(event, context):
     """Every minute from EventBridge (infra/pump.yaml): tick until shortly before the deadline.
     `{"ticks": N}` runs exactly N ticks. Answers the run's totals."""
+    # Loaded here, not with the routes: the API's functions never run the pump, and load this module cold.
+    from chalicelib.pump import Pump, ticks_requested
+
     pump = Pump(runtime.store(), runtime.settings(), publisher=runtime.publisher())
     return pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis).to_body()
 
@@ -206,6 +207,8 @@ def admission_pump(event, context):
 def flag_sync(event, context):
     """AppConfig extension of the flag's profile (infra/appconfig.yaml): writes every deployed flag
     configuration into the queue's store, where the next enter or status of each target finds it."""
+    from chalicelib.flag_sync import sync as sync_flag  # as the pump's: only this function uses it
+
     return sync_flag(event, runtime.store, runtime.deployed_flag)
 
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from chalicelib import aws
 from chalicelib.config import ConfigError, Settings, load_keyring, load_settings, redis_url_with_auth
-from chalicelib.events import EventBridgeSink, FileSink, Publisher
 from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
 from chalicelib.redis_connection import Breaker, connect
 from chalicelib.store import QueueStore
 from chalicelib.tokens import TokenSigner
+
+if TYPE_CHECKING:
+    from chalicelib.events import Publisher
 
 
 @functools.cache
@@ -70,6 +73,8 @@ def store() -> QueueStore:
 @functools.cache
 def publisher() -> Publisher | None:
     """The pump's publisher of state-change events: to EventBridge deployed, to a file locally, else none."""
+    from chalicelib.events import EventBridgeSink, FileSink, Publisher  # the pump's alone: not on the API's cold start
+
     s = settings()
     if s.event_bus:
         # Bounded timeouts and retries: an event not sent now stays in the outbox and goes in a later round.
