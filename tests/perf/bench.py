@@ -67,8 +67,13 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
             add(f"  {name} (lock, registry, 1 pipeline)", f"{sends} = {sends / targets:.1f} per target",
                 "1 per target" if targets > 1 else "",
                 ("ok" if sends / targets <= 1 else "MISSED") if targets > 1 else None)
-        elif "registers" in name or "restore" in name:
+        elif "registers" in name:
             add(f"  {name}", str(sends), "2 (by design)", "ok" if sends == 2 else "MISSED")
+        elif name.startswith("purchase"):
+            # By design: the outcome is noted (shop health, the purchase's event) only once the shop has answered,
+            # after the consume; a purchase the shop did not take restores its token in between.
+            designed = 3 if "restore" in name else 2
+            add(f"  {name}", str(sends), f"{designed} (by design)", "ok" if sends == designed else "MISSED")
         else:
             add(f"  {name}", str(sends), "1", "ok" if sends == 1 else "MISSED")
 

@@ -3,8 +3,8 @@
 Run: .venv/bin/python tests/perf/bench_scripts.py   (a Valkey of its own, or BENCH_REDIS_URL; needs redis-benchmark)
 Measures, in one run:
   - round trips per call, counted as sends on the client's sockets (a pipeline is one send): enter, status
-    (waiting; admitted by this call; holding a token), leave, purchase (consume; consume + restore when the
-    downstream fails), one pump tick over 1 and over 10 targets;
+    (waiting; admitted by this call; holding a token), leave, purchase (consume, then note the outcome; a
+    restore between them when the downstream did not take the order), one pump tick over 1 and over 10 targets;
   - server CPU per call of enter, status, leave, consume and one target's tick (evict + admit), against plain
     `ZADD key <random> member:<random>`, in at least 7 alternating rounds, each with its load average. Two
     figures: `usec_per_call` of INFO commandstats (the command's execution), and the server process's CPU
@@ -181,8 +181,8 @@ class Bench:
         tokens = {user: room.status(drop, user, tickets[user]).entry_token for user in (1, 2, 3, 4)}
         self.buy(tokens[1], 503)  # loads consume and restore
         self.buy(tokens[1])
-        measure("purchase: consume", lambda: self.buy(tokens[2]))
-        measure("purchase not taken downstream: consume + restore", lambda: self.buy(tokens[3], 409))
+        measure("purchase: consume, note the outcome", lambda: self.buy(tokens[2]))
+        measure("purchase not taken downstream: consume, restore, note the outcome", lambda: self.buy(tokens[3], 409))
         room.leave(drop, 5, tickets[5])
         measure("leave", lambda: room.leave(drop, 6, tickets[6]))
         room.enter(drop, 7)  # someone still in line, or the pump forgets the target
