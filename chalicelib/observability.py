@@ -11,6 +11,7 @@ import warnings
 from contextvars import ContextVar, Token
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.lambda_context import build_lambda_context_model
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
@@ -50,6 +51,11 @@ def add_request_keys(**keys: object) -> None:
     current = _REQUEST_KEYS.get()
     if current is not None:
         current.update(keys)
+
+
+def lambda_context_keys(context: object) -> dict[str, object]:
+    """The Lambda context's fields, as Powertools' inject_lambda_context adds them to every line."""
+    return vars(build_lambda_context_model(context))
 
 
 class _RequestKeys(logging.Filter):
