@@ -9,6 +9,8 @@ take turns:
     call (recorded from the real request, replayed through the same redis-py client) and answers its reply as JSON;
   - the handler with redis-py's pure-Python packing and parsing in place of hiredis's, when hiredis is installed
     (BENCH_PURE_PYTHON_REDIS=1 makes every measure go without hiredis).
+The switch reads its flag as deployed: from an AppConfig session (its client answering infra/flags.json), not from
+the local file, which it would stat on every request.
 Totals are this process's CPU time per request (a loaded machine still inflates it: hence the slices).
 Components are measured inside real handler calls in an instrumented slice of each turn: routing and
 middleware, the flag, tickets and tokens, logging and metrics, JSON, redis-py (packing, sending, parsing: CPU),
@@ -20,6 +22,7 @@ Prints a table and writes build/bench_request.json. Target: handler CPU per stat
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
@@ -190,6 +193,17 @@ def pure_python_redis(client) -> Iterator[None]:
         pool.reset()
 
 
+class AppConfigData:
+    """The appconfigdata client of a deployed function, serving infra/flags.json: the switch polls it as deployed."""
+
+    def start_configuration_session(self, **identifiers) -> dict:
+        return {"InitialConfigurationToken": "first"}
+
+    def get_latest_configuration(self, ConfigurationToken: str) -> dict:  # noqa: N803 (boto3's name)
+        flags = (benchlib.ROOT / "infra" / "flags.json").read_bytes()
+        return {"Configuration": io.BytesIO(flags), "NextPollConfigurationToken": "next", "NextPollIntervalInSeconds": 15}
+
+
 def cpu_total(call: Callable[[], object], n: int = PER_SLICE) -> float:
     """CPU seconds `n` calls take."""
     started = time.process_time()
@@ -205,7 +219,11 @@ def main() -> None:
     sys.stdout = sink
     with benchlib.redis_url() as url:
         os.environ.update({**benchlib.BASE_ENV, "REDIS_URL": url, "VQ_KEY_PREFIX": benchlib.bench_prefix(),
-                           "POWERTOOLS_LOG_LEVEL": "INFO"})
+                           "POWERTOOLS_LOG_LEVEL": "INFO", "VQ_APPCONFIG_APPLICATION": "virtual-queue",
+                           "VQ_APPCONFIG_ENVIRONMENT": "bench", "VQ_APPCONFIG_PROFILE": "flags"})
+        from chalicelib import aws
+
+        aws.client = {"appconfigdata": AppConfigData()}.__getitem__  # the one AWS client a request reaches
         import redis.connection
         from chalice import Chalice
 
