@@ -44,6 +44,7 @@ from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import Defaults, QueueStore  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib import observability  # noqa: E402
+from chalicelib import store as store_module  # noqa: E402
 from chalicelib.tokens import EntryGrant  # noqa: E402
 
 import benchlib  # noqa: E402  (beside this file)
@@ -221,10 +222,12 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
     k = store.keys(TARGET)
     # One tick's evict and admit calls exactly as the store makes them (which also loads the scripts).
     tick_calls = []
-    send = store._send
-    store._send = lambda calls: tick_calls.extend(calls) or send(calls)
-    store.admit_and_evict_all([TARGET], rules)
-    del store._send
+    run_pipelined = store_module.run_pipelined
+    store_module.run_pipelined = lambda client, calls: tick_calls.extend(calls) or run_pipelined(client, calls)
+    try:
+        store.admit_and_evict_all([TARGET], rules)
+    finally:
+        store_module.run_pipelined = run_pipelined
     sent = {script: (keys, args) for script, keys, args in tick_calls}
     (evict_script, (evict_keys, evict_args)), (admit_script, (admit_keys, admit_args)) = (
         (script, sent[script]) for script in (store._evict, store._admit))
