@@ -4,11 +4,18 @@ The purchase gate notes every forwarded purchase: when it was sent, how long the
 failed (a 5xx, or no answer). Each tick the pump sets, for a target with an `originSlo`, how many users it
 admits per tick (lua/adjust_rate.lua, before admit.lua in the same round trip), AIMD-fashion from the purchases
 the shop answered in the last few seconds:
-- over the objective (p95 latency or error share), a cut to a share of what the shop completed (its throughput):
-  the share that drains the backlog's excess delay within `drain_ms`, between FollowRules' bounds;
-- comfortably within the objective (under `headroom` of it): at once back to the gentlest cut's share of the
-  throughput the shop had when last over it (then saturated: its capacity as last seen), then a small fixed share
-  of the configured rate added back at a time; between that and the objective, the rate holds;
+- a sale opens at `opening` of the configured rate: the shop's capacity is unknown until it shows it, and
+  purchases come back to say so only after users admitted at too high a rate have filled its backlog;
+- past `headroom` of the objective (p95 latency or error share), a cut to a share of what the shop completed (its
+  throughput): the share that drains the backlog's excess delay over the headroom within `drain_ms`, between
+  FollowRules' bounds. A shop's p95 stays flat until it nears its capacity and then climbs for as long as a
+  change takes to reach it, so the headroom is the leading edge: cutting at the objective is too late;
+- the throughput at a cut is the shop's capacity as last seen, and the rate then grows as TCP CUBIC's window
+  does around it: healthy again (under the headroom), at once back to the plateau (`gentlest` of that
+  capacity), then by a `probe` per judgement until `band` past it, and beyond (or before any capacity was seen)
+  by `increase` times the share of the headroom the p95 leaves free (at least the probe): the p95 climbs as the
+  shop nears its capacity, so the steps shrink before the rate reaches it. At or under the plateau and within
+  the objective, a p95 past the headroom holds the rate (there it is the shop's own pace, not a backlog);
 - after any change, nothing changes again until enough purchases sent after it reached the shop (users admitted
   after it buy at their next poll) come back: earlier ones describe the earlier rate, and must neither cut it
   twice nor let it grow faster than the shop can show the effect.
@@ -37,15 +44,20 @@ class FollowRules:
 
     window_ms: int = 3000  # purchases the shop answered this recently are judged
     fewest: int = 20  # a p95 of fewer purchases says little: a change waits for this many sent after it
-    increase: float = 0.02  # share of the configured rate added back per healthy judgement
+    increase: float = 0.05  # share of the configured rate added per judgement, away from the capacity and idle
     reach_ms: int = NEAR_FRONT_MS  # a change reaches the shop with the users admitted after it, at their next poll
     deepest: float = 0.5  # a cut never keeps less than half the shop's throughput...
-    gentlest: float = 0.9  # ...nor more than 90 % of it; healthy again, the rate comes back to this share at once
+    gentlest: float = 0.95  # ...nor more than 95 % of it; healthy again, the rate comes back to this share at once
     floor: float = 0.05  # the lowest share of the configured rate
-    headroom: float = 0.8  # the rate grows only while the shop is under this share of its objective
+    headroom: float = 0.8  # past this share of its objective the rate is cut (and under it, grows)
     # A cut drains the backlog's excess delay within this long: about when purchases sent after it come back.
-    # Draining deep costs little, as healthy again the rate comes back to nine tenths of the capacity at once.
+    # Draining deep costs little, as healthy again the rate comes back to the plateau at once.
     drain_ms: int = 1000
+    opening: float = 0.5  # a sale opens at this share of the configured rate
+    # Share of the configured rate added per healthy judgement from the plateau until `band` past the capacity:
+    # above it a backlog grows at the excess, so the excess must stay small while the p95 takes time to show it.
+    probe: float = 0.01
+    band: float = 0.1  # so far past the capacity last seen, the shop has shown it handles more: the rate grows on
 
     def to_redis(self) -> tuple:
         return astuple(self)

@@ -1,34 +1,40 @@
 -- adjust_rate.lua: once per tick, set how many users per tick a target with an originSlo admits, from its shop's
--- recent purchases (AIMD): a multiplicative decrease while their p95 latency or error share is over the objective,
--- an additive increase back towards the configured batch while comfortably within (under a share, ARGV[11], of
--- it), and no change in between, so the rate settles below the objective rather than around it. The configured
--- batch stays the ceiling.
+-- recent purchases: a multiplicative decrease when they near the objective, an additive increase while they keep
+-- clear of it, and the configured batch as the ceiling.
+-- A sale opens at a share of the batch (ARGV[13]): the shop's capacity is unknown until it shows it, and a line
+-- admitted at a ceiling above it fills the shop's backlog before any purchase could come back to say so.
 -- Every change is judged before the next: a change reaches the shop only with users admitted after it, who buy at
 -- their next poll (ARGV[7]), so only purchases sent that long after the last change count, and nothing changes
 -- until at least ARGV[5] of them came back (a p95 of fewer says little). Of those, the ones the shop answered
 -- within the last window (ARGV[4]) are judged, or the latest ARGV[5] if fewer: a backlog shows as soon as its
 -- purchases come back, and purchases of an earlier rate never cut the rate twice.
--- A cut is a share of what the shop completed in the window (its throughput, as one purchase per admitted user;
--- never more than the rate before): over the objective by E ms of p95, the shop holds about E ms of backlog, and
--- admitting 1 - E/D of its throughput drains it within D ms (ARGV[12]). So an overloaded shop is cut below what it
--- handles, not below what was sent. The share stays between the deepest and gentlest factors (ARGV[8], ARGV[9]).
--- Over its objective the shop is saturated, so that throughput is its capacity as last seen: once healthy again, the
--- rate comes back at once to the gentlest share of it, and grows on from there by small steps.
+-- The leading edge is the headroom (ARGV[11], a share of the objective): a shop's p95 stays flat until it nears
+-- its capacity, then its backlog grows for as long as a change takes to reach it, so the rate is cut as the p95
+-- passes the headroom, not the objective. A cut is a share of what the shop completed in the window (its
+-- throughput, as one purchase per admitted user; never more than the rate before): E ms of p95 over the
+-- headroom is about E ms of backlog, and admitting 1 - E/D of the throughput drains it within D ms (ARGV[12]).
+-- The share stays between the deepest and gentlest factors (ARGV[8], ARGV[9]). That throughput is the shop's
+-- capacity as last seen, and the growth follows it, as TCP CUBIC's window does: healthy again, the rate comes back
+-- at once to the gentlest share of it (the plateau), and from there up to a share (ARGV[15]) past it grows only by
+-- a probe (ARGV[14]); beyond, or with no capacity seen, by the step (ARGV[6]) times the share of the headroom still
+-- free (a p95 half way to it: half the step), never less than the probe. At or under the plateau and within the
+-- objective, a p95 over the headroom holds the rate: there it is the shop's own pace, not a backlog.
 -- KEYS[1] config    hash: batch, tick_ms, slo_p95_ms, slo_error_rate (without an originSlo nothing is kept)
 -- KEYS[2] health    hash: batch (users per tick allowed), tick (start (ms) of the tick last adjusted),
 --                   changed_at (ms, the last change), capacity (the shop's throughput per tick at the last cut);
 --                   admit.lua reads `batch` and keeps `carry` here
 -- KEYS[3] samples   list of 'sent at (ms):latency (ms):ok (1|0)', newest answer first (observe_purchase.lua)
 -- ARGV[1] default tick length (ms)   ARGV[2] default batch   ARGV[3] TTL of the health hash (ms)
--- ARGV[4..12] how to follow (chalicelib/shop_health.py's FollowRules): window of answered purchases (ms), fewest
+-- ARGV[4..15] how to follow (chalicelib/shop_health.py's FollowRules): window of answered purchases (ms), fewest
 -- purchases to judge by, increase per change as a share of the batch, how long a change takes to reach the shop
 -- (ms), deepest and gentlest decrease (shares of the throughput), floor as a share of the batch, share of the
--- objective under which the rate may grow, how soon a cut drains the backlog (ms)
+-- objective over which the rate is cut, how soon a cut drains the backlog (ms), opening share of the batch,
+-- increase near the capacity last seen as a share of the batch, how far past that capacity (a share of it)
 -- Returns {users per tick allowed (string), p95 latency (ms) or -1, error share (string) or '-1', purchases judged}
 -- (an empty reply without an originSlo, and {} when this tick was already adjusted).
 local window, fewest, increase, reach = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deepest, gentlest, floor, headroom = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local drain = tonumber(ARGV[12])
+local drain, opening, probe, band = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 local config = redis.call('HMGET', KEYS[1], 'batch', 'tick_ms', 'slo_p95_ms', 'slo_error_rate')
 if not config[3] and not config[4] then
   redis.call('DEL', KEYS[2])
@@ -43,9 +49,9 @@ local health = redis.call('HMGET', KEYS[2], 'batch', 'tick', 'changed_at', 'capa
 if health[2] and tonumber(health[2]) >= tick then
   return {}
 end
-local allowed = math.min(batch, tonumber(health[1] or batch))
+local allowed = math.min(batch, tonumber(health[1] or batch * opening))
 local before = allowed
-local changed_at = tonumber(health[3] or '0')
+local changed_at = tonumber(health[3] or now)
 local capacity = tonumber(health[4] or '0')
 
 local latencies, errors, completed, since = {}, 0, 0, now
@@ -75,14 +81,15 @@ if n >= fewest then
   p95 = latencies[math.ceil(0.95 * n)]
   error_share = errors / n
   local slo_p95, slo_errors = tonumber(config[3]), tonumber(config[4])
-  local slow = slo_p95 and p95 > slo_p95
-  local failing = slo_errors and error_share > slo_errors
-  if slow or failing then
-    -- The further over the objective, the deeper the cut: a share of the throughput that drains the backlog's
+  local slow = slo_p95 and p95 > slo_p95 * headroom
+  local failing = slo_errors and error_share > slo_errors * headroom
+  local missed = (slo_p95 and p95 > slo_p95) or (slo_errors and error_share > slo_errors)
+  if (slow or failing) and (missed or allowed > capacity * gentlest) then
+    -- The further past the headroom, the deeper the cut: a share of the throughput that drains the backlog's
     -- excess delay in time, or keeps the failing share out.
     local share = gentlest
     if slow then
-      share = math.min(share, math.max(deepest, 1 - (p95 - slo_p95) / drain))
+      share = math.min(share, math.max(deepest, 1 - (p95 - slo_p95 * headroom) / drain))
     end
     if failing then
       share = math.min(share, math.max(deepest, 1 - error_share))
@@ -91,9 +98,21 @@ if n >= fewest then
     capacity = completed * tick_ms / math.max(tick_ms, now - since)
     allowed = math.max(batch * floor, math.min(before, capacity * share))
     changed_at = now
-  elseif (not slo_p95 or p95 <= slo_p95 * headroom) and (not slo_errors or error_share <= slo_errors * headroom)
-      and allowed < batch then
-    allowed = math.min(batch, math.max(allowed + step, capacity * gentlest))
+  elseif not (slow or failing) and allowed < batch then
+    if allowed < capacity * (1 + band) then
+      allowed = math.max(capacity * gentlest, allowed + batch * probe)
+    else
+      -- The nearer the headroom, the smaller the step (down to the probe): nearing it, the shop nears its capacity.
+      local room = 1
+      if slo_p95 then
+        room = math.min(room, 1 - p95 / (slo_p95 * headroom))
+      end
+      if slo_errors and slo_errors > 0 then
+        room = math.min(room, 1 - error_share / (slo_errors * headroom))
+      end
+      allowed = allowed + math.max(batch * probe, step * room)
+    end
+    allowed = math.min(batch, allowed)
     changed_at = now
   end
 elseif now - changed_at >= reach + window then
@@ -101,7 +120,8 @@ elseif now - changed_at >= reach + window then
   allowed = math.min(batch, allowed + step)
   changed_at = now
 end
-redis.call('HSET', KEYS[2], 'batch', tostring(allowed), 'tick', tick, 'changed_at', changed_at,
-  'capacity', tostring(capacity))
+-- In full: the plateau is compared with what is read back (tostring keeps 14 digits).
+redis.call('HSET', KEYS[2], 'batch', string.format('%.17g', allowed), 'tick', tick, 'changed_at', changed_at,
+  'capacity', string.format('%.17g', capacity))
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return {tostring(allowed), p95, tostring(error_share), n}

@@ -1,5 +1,7 @@
-"""originSlo: the purchase gate notes each purchase, and the pump's rate follows the shop's health: a
-multiplicative decrease over the objective, an additive increase back to the configured rate, never above it."""
+"""originSlo: the purchase gate notes each purchase, and the pump's rate follows the shop's health: a sale opens at
+half the configured rate, a multiplicative decrease past the headroom (before the objective is missed), back at once
+to a plateau under the capacity the shop last showed, a small probe past it, an additive increase beyond, never above
+the configured rate."""
 
 import time
 
@@ -61,11 +63,24 @@ def cut_to(share, n=AT_THE_RATE):
     return pytest.approx(share * n * TICK_MS / 2750, rel=250 / 2750)
 
 
+def running_at(room, client, batch, capacity=0):
+    """The target's rate as the pump last set it: `batch` a tick, `capacity` as the shop last showed it (0: not
+    seen), its last change long enough ago that every purchase noted counts."""
+    client.hset(room.store.keys(DROP).health, mapping={"batch": batch, "changed_at": 0, "capacity": capacity})
+
+
+def test_a_sale_opens_at_half_the_configured_rate(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    result = tick(room, client)
+    assert allowed(room, client) == 10 * FollowRules().opening == result.per_tick
+
+
 def test_slow_purchases_cut_the_rate_by_how_far_over_the_objective_they_are(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    running_at(room, client, 10)
     note(room, client, latency_ms=2500, n=AT_THE_RATE)
     result = tick(room, client)
-    # 2 s over: past the deepest cut, half the throughput.
+    # 2.1 s past the headroom (400 ms): past the deepest cut, half the throughput.
     assert allowed(room, client) == cut_to(0.5)
     assert result.per_tick == pytest.approx(allowed(room, client))  # what this tick (and any made up for) admitted at
     stats = room.stats(DROP)
@@ -73,22 +88,25 @@ def test_slow_purchases_cut_the_rate_by_how_far_over_the_objective_they_are(room
     assert stats["shop"] == {"purchases": AT_THE_RATE, "p95Ms": 2500, "errorRate": 0.0}
 
 
-def test_a_little_over_the_objective_is_a_gentle_cut(room, client):
+def test_past_the_headroom_the_rate_is_cut_before_the_objective_is_missed(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
-    note(room, client, latency_ms=550, n=AT_THE_RATE)
+    running_at(room, client, 10)
+    note(room, client, latency_ms=450, n=AT_THE_RATE)  # within 500 ms, past 80 % of it
     tick(room, client)
-    assert allowed(room, client) == cut_to(0.9)  # 50 ms over: the gentlest cut, a tenth of the throughput
+    assert allowed(room, client) == cut_to(0.95)  # 50 ms past: the gentlest cut
 
 
-def test_the_cut_drains_the_excess_delay_in_time(room, client):
+def test_the_cut_drains_the_excess_delay_over_the_headroom_in_time(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
-    note(room, client, latency_ms=800, n=AT_THE_RATE)
+    running_at(room, client, 10)
+    note(room, client, latency_ms=700, n=AT_THE_RATE)
     tick(room, client)
-    assert allowed(room, client) == cut_to(0.7)  # 300 ms over: 1 - 0.3 s / 1 s (FollowRules.drain_ms)
+    assert allowed(room, client) == cut_to(0.7)  # 300 ms past 400: 1 - 0.3 s / 1 s (FollowRules.drain_ms)
 
 
 def test_failing_purchases_cut_the_rate(room, client):
     room.configure(DROP, TargetConfig(slo_error_rate=0.1))
+    running_at(room, client, 10)
     note(room, client, latency_ms=10, n=AT_THE_RATE, ok=True)
     note(room, client, latency_ms=10, n=AT_THE_RATE * 2 // 3, ok=False)
     tick(room, client)
@@ -97,14 +115,19 @@ def test_failing_purchases_cut_the_rate(room, client):
 
 def test_an_overloaded_shop_is_cut_below_what_it_completes_not_below_what_was_sent(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
-    note(room, client, latency_ms=550, n=AT_THE_RATE // 2)  # 5 a tick done of the 10 admitted
+    running_at(room, client, 10)
+    note(room, client, latency_ms=450, n=AT_THE_RATE // 2)  # 5 a tick done of the 10 admitted
     tick(room, client)
-    # 90 % of the 5 it completes, not of the 10 sent (which would leave it overloaded).
-    assert allowed(room, client) == cut_to(0.9, AT_THE_RATE // 2)
+    # 95 % of the 5 it completes, not of the 10 sent (which would leave it overloaded).
+    assert allowed(room, client) == cut_to(0.95, AT_THE_RATE // 2)
+    # What it completed is its capacity as last seen.
+    capacity = float(client.hget(room.store.keys(DROP).health, "capacity"))
+    assert capacity == cut_to(1, AT_THE_RATE // 2)
 
 
 def test_a_cut_holds_until_purchases_sent_after_it_reached_the_shop_come_back(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    running_at(room, client, 10)
     note(room, client, latency_ms=2500, n=AT_THE_RATE)
     tick(room, client)
     cut = allowed(room, client)
@@ -123,36 +146,75 @@ def test_a_cut_holds_until_purchases_sent_after_it_reached_the_shop_come_back(ro
 
 def test_healthy_purchases_add_back_a_share_up_to_the_configured_batch_never_above(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    health = room.store.keys(DROP).health
-    client.hset(health, mapping={"batch": 5, "changed_at": 0})
-    note(room, client, latency_ms=20, n=30)
+    running_at(room, client, 5)
+    note(room, client, latency_ms=0, n=30)  # the whole headroom free: the whole step
     tick(room, client)
     step = 10 * FollowRules().increase
     assert allowed(room, client) == pytest.approx(5 + step)
     # The next step waits for purchases sent after this one reached the shop.
     tick(room, client)
     assert allowed(room, client) == pytest.approx(5 + step)
-    client.hset(health, mapping={"batch": 10 - step / 2, "changed_at": 0})
-    note(room, client, latency_ms=20, n=30)
+    running_at(room, client, 10 - step / 2)
+    note(room, client, latency_ms=0, n=30)
     tick(room, client)
     assert allowed(room, client) == 10
 
 
-def test_healthy_again_the_rate_comes_back_at_once_to_nine_tenths_of_the_capacity_last_seen(room, client):
+@pytest.mark.parametrize("latency_ms, share_of_the_step", [(20, 0.75), (60, 0.25)])
+def test_the_nearer_the_headroom_the_smaller_the_step(room, client, latency_ms, share_of_the_step):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))  # headroom: 80 ms
+    running_at(room, client, 5)
+    note(room, client, latency_ms=latency_ms, n=30)
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(5 + 10 * FollowRules().increase * share_of_the_step)
+
+
+def test_the_step_never_shrinks_below_the_probe(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    # Cut to 2 a tick while the shop, over its objective, completed 8.
-    client.hset(room.store.keys(DROP).health, mapping={"batch": 2, "changed_at": 0, "capacity": 8})
+    running_at(room, client, 5)
+    note(room, client, latency_ms=79, n=30)  # a step of 1/80th: less than the probe
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(5 + 10 * FollowRules().probe)
+
+
+def test_healthy_again_the_rate_comes_back_at_once_to_the_plateau_under_the_capacity_last_seen(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))
+    capacity = 250 / 26.59  # as measured: cut to 2 a tick while the shop, past its headroom, completed this many
+    running_at(room, client, 2, capacity=capacity)
     note(room, client, latency_ms=20, n=30)
     tick(room, client)
-    assert allowed(room, client) == pytest.approx(0.9 * 8)
-
-
-def test_between_the_headroom_and_the_objective_the_rate_holds(room, client):
-    room.configure(DROP, TargetConfig(slo_p95_ms=100))
-    client.hset(room.store.keys(DROP).health, mapping={"batch": 5, "changed_at": 0})
-    note(room, client, latency_ms=90, n=30)  # within 100 ms, but over 80 % of it
+    plateau = FollowRules().gentlest * capacity
+    assert allowed(room, client) == pytest.approx(plateau)
+    # Healthy on the plateau: the next judgement probes past it (the plateau is kept in full, not rounded below it).
+    client.hset(room.store.keys(DROP).health, "changed_at", 0)
+    note(room, client, latency_ms=20, n=30)
     tick(room, client)
-    assert allowed(room, client) == 5
+    assert allowed(room, client) == pytest.approx(plateau + 10 * FollowRules().probe)
+
+
+@pytest.mark.parametrize("rate, growth", [
+    (7.6, "probe"),  # on the plateau
+    (8.7, "probe"),  # past the capacity, by less than a tenth
+    (8.9, "increase"),  # a tenth past it: the shop handles more than it showed
+    (3, "increase"),  # no capacity seen
+])
+def test_from_the_plateau_to_a_tenth_past_the_capacity_the_rate_grows_only_by_a_probe(room, client, rate, growth):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))
+    running_at(room, client, rate, capacity=8 if rate > 3 else 0)
+    note(room, client, latency_ms=0, n=30)
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(rate + 10 * getattr(FollowRules(), growth))
+
+
+def test_past_the_headroom_but_within_the_objective_the_plateau_holds(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))
+    running_at(room, client, 7.6, capacity=8)  # the plateau: 95 % of the capacity last seen
+    note(room, client, latency_ms=90, n=30)  # within 100 ms, past 80 % of it: at this rate, the shop's own pace
+    tick(room, client)
+    assert allowed(room, client) == 7.6
+    running_at(room, client, 7.7, capacity=8)  # above the plateau: a backlog in the making
+    tick(room, client)
+    assert allowed(room, client) < 7.6
 
 
 def test_a_fractional_rate_carries_over_so_ticks_admit_it_on_average(room, client):
@@ -179,6 +241,7 @@ def test_the_pump_reports_the_effective_rate_beside_the_configured_one(room, cli
 
     monkeypatch.setattr(observability, "_METRICS_DISABLED", False)
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    running_at(room, client, 10)
     note(room, client, latency_ms=2500, n=AT_THE_RATE)
     capsys.readouterr()
     tick(room, client)
