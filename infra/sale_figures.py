@@ -49,8 +49,11 @@ def shop_load(shop: dict, started: float, finished: float, ticks: list[dict], ca
     if not requests:
         return {}
     busy_until = max((t["server_s"] for t in ticks if t["waiting"] > 0), default=finished)
-    cuts = [t for t in ticks if t["per_tick"] < t["batch"] and not t["held"]]
-    first_cut = cuts[0]["server_s"] if cuts else None
+    # The first cut: the first tick whose rate is below the one before (the rate opens below the batch with an
+    # originSlo, and a pause or a sale's end is no cut).
+    running = [t for t in ticks if not t["held"]]
+    first_cut = next((t["server_s"] for before, t in zip(running, running[1:]) if t["per_tick"] < before["per_tick"]),
+                     None)
     since = requests[0]["at"] + SETTLE_S
     span = max(1e-9, busy_until - since)
     done = [o for o in shop["orders"] if since <= o["at"] <= busy_until]
