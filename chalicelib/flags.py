@@ -40,6 +40,9 @@ FLAG = "virtual_queue_enabled"
 NO_CONFIGURATION = "none"
 # Context keys that are the same for every user of a target: rules reading only these decide per target.
 TARGET_KEYS = frozenset({"target", "type"})
+# Decisions kept per configuration, at most: a request names its target before anything checks that it exists,
+# so a caller naming ever new ids would otherwise grow the container's memory without end. Past it they start afresh.
+DECISIONS_KEPT = 4096
 
 
 def flag_version(configuration: dict[str, Any]) -> str:
@@ -221,6 +224,8 @@ class QueueSwitch:
             return Decision(self.default, in_effect.version)
         decision = Decision(queued, in_effect.version)
         if decided is not None:
+            if len(decided) >= DECISIONS_KEPT:
+                decided.clear()
             decided[target] = decision
         return decision
 

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from chalicelib import aws, runtime, waits
+from chalicelib import aws, flags, runtime, waits
 from chalicelib.config import ConfigError, load_settings
 from chalicelib.observability import logger
 from chalicelib.targets import Target
@@ -91,6 +91,17 @@ def test_rules_of_the_target_alone_are_evaluated_once_per_target_and_configurati
     write_flags(flags_file, default=False)  # a new configuration decides afresh
     assert not switch.queue_enabled(OTHER, 1) and not switch.queue_enabled(OTHER, 2)
     assert evaluated == [str(DROP), str(OTHER), str(OTHER)]
+
+
+def test_decisions_kept_per_target_are_bounded_whatever_targets_callers_name(make_room, flags_file, monkeypatch):
+    write_flags(flags_file, rules={"drop 42 off": {"when_match": False, "conditions": [
+        {"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}]}})
+    monkeypatch.setattr(flags, "DECISIONS_KEPT", 10)
+    switch = make_room(VQ_FLAGS_FILE=flags_file).switch
+    assert not switch.queue_enabled(DROP, 1)
+    assert all(switch.queue_enabled(Target("limited-drop", n)) for n in range(1000, 1100))
+    assert len(switch._in_effect.decided) <= 10
+    assert not switch.queue_enabled(DROP, 2)  # still decided by the rules after the flood
 
 
 def test_percentage_rollout_queues_about_the_share_and_each_user_always_the_same_way(make_room, flags_file):
