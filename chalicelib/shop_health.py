@@ -7,9 +7,11 @@ the shop answered in the last few seconds:
 - a sale opens at `opening` of the configured rate: the shop's capacity is unknown until it shows it, and
   purchases come back to say so only after users admitted at too high a rate have filled its backlog;
 - past `headroom` of the objective (p95 latency or error share), a cut to a share of what the shop completed (its
-  throughput): the share that drains the backlog's excess delay over the headroom within `drain_ms`, between
-  FollowRules' bounds. A shop's p95 stays flat until it nears its capacity and then climbs for as long as a
-  change takes to reach it, so the headroom is the leading edge: cutting at the objective is too late;
+  throughput while it was behind: since the first purchase that waited past the headroom was sent, over at least
+  `reach_ms`; before that it did all it was sent, which says nothing of what it can do): the share that drains
+  the backlog's excess delay over the headroom within `drain_ms`, between FollowRules' bounds. A shop's p95
+  stays flat until it nears its capacity and then climbs for as long as a change takes to reach it, so the
+  headroom is the leading edge: cutting at the objective is too late;
 - the throughput at a cut is the shop's capacity as last seen, and the rate then grows as TCP CUBIC's window
   does around it: healthy again (under the headroom), at once back to the plateau (`gentlest` of that
   capacity), then by a `probe` per judgement until `band` past it, and beyond (or before any capacity was seen)

@@ -10,7 +10,7 @@
 -- purchases come back, and purchases of an earlier rate never cut the rate twice.
 -- The leading edge is the headroom (ARGV[11], a share of the objective): a shop's p95 stays flat until it nears
 -- its capacity, then its backlog grows for as long as a change takes to reach it, so the rate is cut as the p95
--- passes the headroom, not the objective. A cut is a share of what the shop completed in the window (its
+-- passes the headroom, not the objective. A cut is a share of what the shop completed while it was behind (its
 -- throughput, as one purchase per admitted user; never more than the rate before): E ms of p95 over the
 -- headroom is about E ms of backlog, and admitting 1 - E/D of the throughput drains it within D ms (ARGV[12]).
 -- The share stays between the deepest and gentlest factors (ARGV[8], ARGV[9]). That throughput is the shop's
@@ -54,15 +54,20 @@ local before = allowed
 local changed_at = tonumber(health[3] or now)
 local capacity = tonumber(health[4] or '0')
 
-local latencies, errors, completed, since = {}, 0, 0, now
+local slo_p95, slo_errors = tonumber(config[3]), tonumber(config[4])
+local latencies, errors, answered, since, behind_since = {}, 0, {}, now, nil
 for _, sample in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local sent, latency, ok = string.match(sample, '^(%d+):(%d+):(%d)$')
   sent, latency = tonumber(sent), tonumber(latency)
   if sent then
     local recent = sent + latency > now - window
     if recent and ok == '1' then
-      completed = completed + 1
+      answered[#answered + 1] = sent + latency
       since = math.min(since, sent + latency)
+    end
+    if recent and slo_p95 and latency > slo_p95 * headroom then
+      -- It waited past the headroom: from its sending on, the shop had more than it could do.
+      behind_since = math.min(behind_since or sent, sent)
     end
     if sent > changed_at + reach and (recent or #latencies < fewest) then
       latencies[#latencies + 1] = latency
@@ -80,7 +85,6 @@ if n >= fewest then
   table.sort(latencies)
   p95 = latencies[math.ceil(0.95 * n)]
   error_share = errors / n
-  local slo_p95, slo_errors = tonumber(config[3]), tonumber(config[4])
   local slow = slo_p95 and p95 > slo_p95 * headroom
   local failing = slo_errors and error_share > slo_errors * headroom
   local missed = (slo_p95 and p95 > slo_p95) or (slo_errors and error_share > slo_errors)
@@ -94,8 +98,19 @@ if n >= fewest then
     if failing then
       share = math.min(share, math.max(deepest, 1 - error_share))
     end
-    -- The shop's throughput per tick, over the time the window's completions span (shorter as a sale starts).
-    capacity = completed * tick_ms / math.max(tick_ms, now - since)
+    -- The shop's throughput per tick while it was behind: since the first purchase that waited past the
+    -- headroom was sent (over at least the last `reach`, or the window's completions if they span less, as a
+    -- sale starts; all of them for a cut on errors alone). Over the whole window, the time it kept up with what
+    -- it was sent (all an opening rush had offered it) would pass for its capacity, and the rate would then
+    -- grow back from under it.
+    local from = math.max(since, math.min(behind_since or since, now - reach))
+    local completed = 0
+    for _, at in ipairs(answered) do
+      if at >= from then
+        completed = completed + 1
+      end
+    end
+    capacity = completed * tick_ms / math.max(tick_ms, now - from)
     allowed = math.max(batch * floor, math.min(before, capacity * share))
     changed_at = now
   elseif not (slow or failing) and allowed < batch then

@@ -125,6 +125,19 @@ def test_an_overloaded_shop_is_cut_below_what_it_completes_not_below_what_was_se
     assert capacity == cut_to(1, AT_THE_RATE // 2)
 
 
+def test_a_cut_measures_the_shop_while_it_was_behind_not_while_it_kept_up(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    running_at(room, client, 10)
+    note(room, client, latency_ms=50, n=100)  # 4 a tick over the window: all it was sent
+    note(room, client, latency_ms=600, n=80, over_ms=400)  # then a rush: sent over the last second, 600 ms each
+    tick(room, client)
+    # Since the first late purchase was sent (1 s before): the rush's 80 and 40 quick ones, 12 a tick; over the
+    # window, 180 would say 6.5.
+    capacity = float(client.hget(room.store.keys(DROP).health, "capacity"))
+    assert capacity == pytest.approx(120 * TICK_MS / 1050, rel=0.1)
+    assert allowed(room, client) == pytest.approx(0.8 * capacity)  # 200 ms past the headroom
+
+
 def test_a_cut_holds_until_purchases_sent_after_it_reached_the_shop_come_back(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
     running_at(room, client, 10)
