@@ -42,7 +42,7 @@ class Breaker(pybreaker.CircuitBreaker):
         try:
             return func(*args, **kwargs)
         except BaseException as err:
-            state._handle_error(err)
+            state._handle_error(err, reraise=False)
             raise
 
 
