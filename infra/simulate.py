@@ -241,12 +241,11 @@ class InProcessApi(CallRecord):
 
     Deployed, API Gateway turns each request into a proxy event and Lambda calls the app with it; here
     infra/local_api.py's LambdaProxy does that in this process, without the HTTP server, which is not part of
-    the deployed system. Each
-    worker owns a share of the users; its loop wakes each journey when its next poll is due and answers
-    the poll at once, one at a time (one container). When it falls behind, due polls and due arrivals take
-    turns: a burst of arrivals does not hold up the polls of those in line (as the HTTP transport's pools per
-    kind keep them apart), nor do the polls keep arrivals out of the line. Purchases go over HTTP
-    to the local API (`http`), so that a double click is two requests at once.
+    the deployed system. Each worker owns a share of the users; its loop wakes each journey when its next poll
+    is due and answers the poll at once, one at a time (one container). When it falls behind, due polls and
+    due arrivals take turns: a burst of arrivals does not hold up the polls of those in line (as the HTTP
+    transport's pools per kind keep them apart), nor do the polls keep arrivals out of the line. Purchases go
+    over HTTP to the local API (`http`), so that a double click is two requests at once.
     """
 
     def __init__(self, lambda_proxy: LambdaProxy, http: Api, threads: int) -> None:
@@ -591,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
                 api_workers=options.workers, shop_options=shop_options(options),
             ) as stack:
         configure_target(stack.api_url, options)
-        redis_cpu, own_cpu = redis_cpu_s(stack.env["REDIS_URL"]), time.process_time()
+        redis_cpu_at, own_cpu_at = redis_cpu_s(stack.env["REDIS_URL"]), time.process_time()
         if options.transport == "inproc":
             started, api = run_crowd_in_process(users, stack, options)
         else:
@@ -600,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
             started = asyncio.run(run_crowd(users, api, stack.pump, TokenSigner(stack.settings.keyring), options))
             api.close()
         finished = time.time()
-        redis_cpu, own_cpu = redis_cpu_s(stack.env["REDIS_URL"]) - redis_cpu, time.process_time() - own_cpu
+        redis_cpu, own_cpu = redis_cpu_s(stack.env["REDIS_URL"]) - redis_cpu_at, time.process_time() - own_cpu_at
         # Over HTTP the app runs in the local API's processes (not counted), and the crowd in this one.
         cpu_s = {"the app and the crowd": api.cpu_s, "Redis": redis_cpu, "the pump": own_cpu} \
             if options.transport == "inproc" else \
