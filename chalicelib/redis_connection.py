@@ -3,11 +3,13 @@ timeouts, and what a failing Redis means to the queue (StoreUnavailable, StoreFu
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, TypeVar, Union, cast
 
 import pybreaker
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import Connection
 from redis.exceptions import RedisClusterException
 from redis.lock import Lock
 from redis.retry import Retry
@@ -56,7 +58,48 @@ def connect(url: str, *, cluster: bool = False) -> RedisClient:
     )
     if cluster:
         return cast(redis.RedisCluster, _ClusterOnFirstUse(url, options))
-    return redis.Redis.from_url(url, **options)
+    return _ConnectionPerThread.from_url(url, **options)
+
+
+class _ConnectionPerThread(redis.Redis):
+    """A client whose commands go over a connection of the calling thread's own, made on its first command.
+
+    A Lambda container serves one request at a time on one thread. Taking a connection from the pool and giving
+    it back around every command (a poll of the socket, two locks, four metric records) cost a third of a script
+    call's client CPU. redis-py's own `single_connection_client` connects as the client is built (a cold start
+    during an outage would then fail instead of failing open), and makes every thread wait for the one connection
+    (a threaded server's calls would pay each other's timeouts). redis-py sends a command over `connection` when
+    there is one; here it is the thread's, checked before each command as the pool checks its connections. A
+    thread's connection closes when the thread ends; pipelines still take theirs from the pool.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._thread_local = threading.local()  # before redis.Redis.__init__, which sets `connection`
+        super().__init__(*args, **kwargs)
+
+    @property
+    def connection(self) -> Connection | None:
+        return getattr(self._thread_local, "connection", None)
+
+    @connection.setter
+    def connection(self, connection: Connection | None) -> None:
+        self._thread_local.connection = connection
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        connection = self.connection
+        if connection is None:
+            self.connection = self.connection_pool.make_connection()  # connects on its first send
+        elif connection.is_connected and _closed_by_server(connection):
+            connection.disconnect()  # a restart or a failover: connect again rather than fail this command
+        return super().execute_command(*args, **options)
+
+
+def _closed_by_server(connection: Connection) -> bool:
+    """Whether an idle connection has something to read: the server closed it (as redis-py's pool checks)."""
+    try:
+        return connection.can_read()
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return True
 
 
 # What a failing Redis raises: redis-py's cluster client raises RedisClusterException (not a RedisError) when it

@@ -4,9 +4,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 from redis.connection import Connection
 
 from chalicelib.errors import QueueUnavailable
+from chalicelib.redis_connection import connect
 from chalicelib.targets import Target
 
 DROP = Target("limited-drop", 42)
@@ -79,8 +81,9 @@ def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_red
     room.enter(DROP, 1)
     own_redis.kill()
     sends = []
-    original = Connection.connect
-    monkeypatch.setattr(Connection, "connect", lambda conn: (sends.append(1), original(conn))[1])
+    original = Connection.send_packed_command
+    monkeypatch.setattr(Connection, "send_packed_command",
+                        lambda conn, *args, **kwargs: (sends.append(1), original(conn, *args, **kwargs))[1])
 
     for user in range(2, 5):  # three failures in a row open it
         room.enter(DROP, user)
@@ -118,3 +121,21 @@ def test_outage_over_http_is_never_a_5xx_other_than_an_explained_503(api, env, o
     assert left.status_code == 503 and left.json_body["code"] == "QUEUE_UNAVAILABLE"
     stats = api.http.get("/virtual-queues/limited-drop/42/stats")
     assert stats.status_code == 503 and stats.json_body["code"] == "QUEUE_UNAVAILABLE"
+
+
+def test_the_client_connects_on_its_first_command_and_keeps_one_connection_per_thread(own_redis):
+    # Built during an outage, it raises nothing until a command (which the breaker and fail-open then handle).
+    client = connect("redis://127.0.0.1:1")
+    with pytest.raises(redis.ConnectionError):
+        client.get("anything")
+
+    client = connect(own_redis.url)
+    mine = {client.client_id() for _ in range(3)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        theirs = set(pool.map(lambda _: client.client_id(), range(2)))
+    assert len(mine) == 1 and mine.isdisjoint(theirs)
+    client.client_setname("before-the-restart")
+    own_redis.kill()
+    own_redis.restart()
+    # The connection the server closed is noticed before the next command, which goes over a new one.
+    assert client.client_getname() is None
