@@ -88,7 +88,10 @@ class _ConnectionPerThread(redis.Redis):
     def execute_command(self, *args: Any, **options: Any) -> Any:
         connection = self.connection
         if connection is None:
-            self.connection = self.connection_pool.make_connection()  # connects on its first send
+            # Made as the pool makes its own (it connects on its first send), but not counted against the pool's
+            # 100: threads come and go in a threaded server, and a thread's connection closes with it.
+            pool = self.connection_pool
+            self.connection = pool.connection_class(**pool.connection_kwargs)
         elif connection.is_connected and _closed_by_server(connection):
             connection.disconnect()  # a restart or a failover: connect again rather than fail this command
         return super().execute_command(*args, **options)
