@@ -14,6 +14,6 @@ def test_paced_crowd_asks_far_less_than_a_fixed_poll_and_hears_of_its_turn_withi
 
 
 def test_a_longer_heartbeat_halves_the_far_polls():
-    short, long = (model(users=3000, rate=50.0, tick_s=0.5, arrival_s=2.0, heartbeat_s=h) for h in (60, 120))
+    short, long = (model(users=6000, rate=50.0, tick_s=0.5, arrival_s=2.0, heartbeat_s=h) for h in (60, 120))
     assert long["requests_per_admitted_user"] < short["requests_per_admitted_user"]
     assert long["per_1000_waiting_mean_peak"][0] < short["per_1000_waiting_mean_peak"][0]
