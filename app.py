@@ -25,6 +25,10 @@ from chalicelib.target_config import parse_config
 from chalicelib.targets import parse_target, parse_user_id
 
 app = Chalice(app_name="virtual-queue", configure_logs=False)
+# No route takes or answers binary media: bodies are JSON (a route refuses any other Content-Type with 415), pages
+# and scripts text. Without Chalice's 16 default binary types, API Gateway declares none, and Chalice no longer
+# matches every answer's Content-Type and the request's Accept against them (three times a request).
+app.api.binary_types = []
 
 # Refuse to start without signing keys. The Chalice CLI imports this module only to read the
 # routes (package, deploy), without the runtime's secrets, so it is spared the check.
