@@ -65,12 +65,15 @@ def test_package_holds_every_lua_script(package):
 
 
 @pytest.mark.slow
-def test_package_holds_hiredis_built_for_the_lambda_runtime(package):
-    # redis-py packs commands and parses replies with hiredis when it can import it: a C extension, so the
-    # package must hold the manylinux build for the runtime's Python (chalice package targets this one's) on x86_64.
+@pytest.mark.parametrize("extension", ["hiredis/hiredis", "orjson/orjson"])
+def test_package_holds_c_extensions_built_for_the_lambda_runtime(package, extension):
+    # hiredis (redis-py packs commands and parses replies with it when it can import it) and orjson (the API's
+    # answers) are C extensions, so the package must hold the manylinux build for the runtime's Python (chalice
+    # package targets this one's) on x86_64.
     names = zipfile.ZipFile(package).namelist()
-    assert f"hiredis/hiredis.cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so" in names
-    wheel = next(name for name in names if name.startswith("hiredis-") and name.endswith(".dist-info/WHEEL"))
+    assert f"{extension}.cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so" in names
+    project = extension.partition("/")[0]
+    wheel = next(name for name in names if name.startswith(f"{project}-") and name.endswith(".dist-info/WHEEL"))
     assert "-manylinux" in zipfile.ZipFile(package).read(wheel).decode()
 
 

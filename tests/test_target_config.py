@@ -50,6 +50,14 @@ def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
         "batch": 100, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 3, "paused": False, "soldOut": False}
 
 
+def test_answers_are_utf8_json_with_the_display_name_as_set(api):
+    shown = {"displayName": "한정판 “Air” 90 \\ ✓", "imageUrl": "https://img.example/a.png?w=200&h=200"}
+    assert put(api, shown).status_code == 200
+    answer = api.http.get(CONFIG)
+    assert answer.headers["Content-Type"] == "application/json"
+    assert json.loads(answer.body.decode("utf-8"))["config"] == shown
+
+
 BAD_BODIES = [
     {"batch": -1}, {"batch": 0}, {"batch": 10**9}, {"batch": "5"}, {"batch": 5.0}, {"batch": True}, {"batch": None},
     {"tickMs": 99}, {"tickMs": 60_001}, {"maxWaiting": 0}, {"maxWaiting": [1]}, {"maxActive": -5},

@@ -5,8 +5,9 @@ Measures, in one process, in at least 7 rounds (each with its load average) of 2
 take turns:
   - the Lambda handler `app(event, context)` on an API Gateway (REST, proxy) event, logging and metrics on as
     deployed (written to a file, as Lambda writes stdout): a waiting user's status poll, and a newcomer's enter;
-  - the framework's floor: the same event through a minimal Chalice app whose one route makes the same script
-    call (recorded from the real request, replayed through the same redis-py client) and answers its reply as JSON;
+  - the framework's floor: the same event through a minimal Chalice app (Chalice's defaults) whose one route makes
+    the same script call (recorded from the real request, replayed through the same redis-py client) and answers
+    its reply as a dict, which Chalice serializes;
   - the handler with redis-py's pure-Python packing and parsing in place of hiredis's, when hiredis is installed
     (BENCH_PURE_PYTHON_REDIS=1 makes every measure go without hiredis).
 The switch reads its flag as deployed: from an AppConfig session (its client answering infra/flags.json), not from
@@ -147,9 +148,11 @@ def instrument(spans: Spans) -> None:
                 spans.wrap(module, name, "logging and metrics")
     for name in ("clear_state", "set_correlation_id", "append_keys", "info", "warning"):
         spans.wrap(logger, name, "logging and metrics")
-    # Chalice serializes the answer with its module's `json.dumps`: a stand-in module whose dumps is timed.
+    # Chalice serializes a dict answer with its module's `json.dumps` (the floor's answers): a stand-in module whose
+    # dumps is timed. The app serializes its own answers.
     chalice.app.json = types.SimpleNamespace(loads=json.loads, dumps=json.dumps)
     spans.wrap(chalice.app.json, "dumps", "JSON")
+    spans.wrap(app_module, "_json_text", "JSON")
     # The client's command (packing, sending, parsing), whatever calls it: what the floor's route calls too.
     spans.wrap_redis(redis.Redis, "execute_command")
 
