@@ -175,13 +175,13 @@ def calibrate(spans: Spans) -> dict[str, float]:
 
 @contextlib.contextmanager
 def pure_python_redis(client) -> Iterator[None]:
-    """redis-py's own packing and parsing instead of hiredis's, on connections made afresh."""
+    """redis-py's own packing and parsing instead of hiredis's, on connections made afresh (the pool's, and the
+    calling thread's own: chalicelib/redis_connection.py)."""
     import redis.connection
 
     pool = client.connection_pool
     default, hiredis = pool.connection_kwargs.get("parser_class"), redis.connection.HIREDIS_AVAILABLE
-    pool.disconnect()
-    pool.reset()
+    fresh_connections(client)
     redis.connection.HIREDIS_AVAILABLE = False  # read when a connection is made: picks the command packer
     pool.connection_kwargs["parser_class"] = redis.connection._RESP2Parser  # RESP3's when the protocol says so
     try:
@@ -192,8 +192,16 @@ def pure_python_redis(client) -> Iterator[None]:
             del pool.connection_kwargs["parser_class"]
         else:
             pool.connection_kwargs["parser_class"] = default
-        pool.disconnect()
-        pool.reset()
+        fresh_connections(client)
+
+
+def fresh_connections(client) -> None:
+    """Every connection `client` holds closed and dropped: the next command makes one by the pool's settings."""
+    client.connection_pool.disconnect()
+    client.connection_pool.reset()
+    if client.connection is not None:
+        client.connection.disconnect()
+        client.connection = None
 
 
 class AppConfigData:
