@@ -8,19 +8,26 @@ the shop answered in the last few seconds:
   purchases come back to say so only after users admitted at too high a rate have filled its backlog;
 - past `headroom` of the objective (p95 latency or error share), a cut to a share of what the shop completed (its
   throughput while it was behind: since the first purchase that waited past the headroom was sent, over at least
-  `reach_ms`; before that it did all it was sent, which says nothing of what it can do): the share that drains
-  the backlog's excess delay over the headroom within `drain_ms`, between FollowRules' bounds. A shop's p95
-  stays flat until it nears its capacity and then climbs for as long as a change takes to reach it, so the
-  headroom is the leading edge: cutting at the objective is too late;
+  `reach_ms` (before that it did all it was sent, which says nothing of what it can do), or over the window if
+  that says more (a stall of a second says nothing of its pace either)): the share that drains the backlog's
+  excess delay over the headroom within `drain_ms`, between FollowRules' bounds. A shop's p95 stays flat until it
+  nears its capacity and then climbs for as long as a change takes to reach it, so the headroom is the leading
+  edge: cutting at the objective is too late;
 - the throughput at a cut is the shop's capacity as last seen, and the rate then grows as TCP CUBIC's window
   does around it: healthy again (under the headroom), at once back to the plateau (`gentlest` of that
-  capacity), then by a `probe` per judgement until `band` past it, and beyond (or before any capacity was seen)
-  by `increase` times the share of the headroom the p95 leaves free (at least the probe): the p95 climbs as the
-  shop nears its capacity, so the steps shrink before the rate reaches it. At or under the plateau and within
-  the objective, a p95 past the headroom holds the rate (there it is the shop's own pace, not a backlog);
+  capacity), then by a `probe` per judgement up to it. Past it a backlog grows at the excess for as long as the
+  rate stays there, and shows in the p95 only once it is there: so the rate holds at the capacity until `hold_ms`
+  after the last cut (sooner if the p95 stays under half the headroom: a shop that far from its capacity was seen
+  in a dip), then grows by a probe per `reach_ms` + `window_ms` (each judged on a whole window sent at the one
+  before) until `band` past it, and beyond (or before any capacity was seen) by `increase` times the share of the
+  headroom the p95 leaves free (at least the probe): the p95 climbs as the shop nears its capacity, so the steps
+  shrink before the rate reaches it. At or under the plateau and within the objective, a p95 past the headroom
+  holds the rate (there it is the shop's own pace, not a backlog);
 - after any change, nothing changes again until enough purchases sent after it reached the shop (users admitted
-  after it buy at their next poll) come back: earlier ones describe the earlier rate, and must neither cut it
-  twice nor let it grow faster than the shop can show the effect.
+  after it buy at their next poll) come back; what is judged then is every purchase answered within the window
+  that was sent after the last cut reached the shop. Earlier ones describe a backlog already cut for, and must
+  not cut the rate twice; slow ones sent before an increase show a shop already behind, and judging only those
+  sent after it would judge the first to come back: its fastest.
 The configured rate stays the ceiling, and the rate never falls to nothing, so there is always a purchase to
 judge recovery by.
 
@@ -60,6 +67,9 @@ class FollowRules:
     # above it a backlog grows at the excess, so the excess must stay small while the p95 takes time to show it.
     probe: float = 0.01
     band: float = 0.1  # so far past the capacity last seen, the shop has shown it handles more: the rate grows on
+    # The rate goes past the capacity last seen only this long after the last cut: a backlog grows there, and in
+    # a sale of a few minutes each probe past it costs a window near the objective.
+    hold_ms: int = 60_000
 
     def to_redis(self) -> tuple:
         return astuple(self)

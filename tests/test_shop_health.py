@@ -63,10 +63,11 @@ def cut_to(share, n=AT_THE_RATE):
     return pytest.approx(share * n * TICK_MS / 2750, rel=250 / 2750)
 
 
-def running_at(room, client, batch, capacity=0):
+def running_at(room, client, batch, capacity=0, changed_at=0, cut_at=0):
     """The target's rate as the pump last set it: `batch` a tick, `capacity` as the shop last showed it (0: not
-    seen), its last change long enough ago that every purchase noted counts."""
-    client.hset(room.store.keys(DROP).health, mapping={"batch": batch, "changed_at": 0, "capacity": capacity})
+    seen), by default its last change and cut long enough ago that every purchase noted counts."""
+    client.hset(room.store.keys(DROP).health,
+                mapping={"batch": batch, "changed_at": changed_at, "capacity": capacity, "cut_at": cut_at})
 
 
 def test_a_sale_opens_at_half_the_configured_rate(room, client):
@@ -138,6 +139,21 @@ def test_a_cut_measures_the_shop_while_it_was_behind_not_while_it_kept_up(room, 
     assert allowed(room, client) == pytest.approx(0.8 * capacity)  # 200 ms past the headroom
 
 
+def test_a_cut_after_a_stall_measures_the_shop_over_the_window(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    running_at(room, client, 10)
+    now = server_ms(client)
+    for i in range(150):  # 10 a tick, answered from 2.5 s to 1 s ago
+        answered = now - 2500 + 10 * i
+        room.store.observe_purchase(DROP, Purchase(answered - 100, 100, True), accepted=True, sold_out=False)
+    note(room, client, latency_ms=600, n=10, over_ms=500)  # then a stall: 10 slow ones in the last 0.5 s
+    tick(room, client)
+    # Since the first late one was sent (1.1 s before), 20: under 2 a tick. Over the window, 160 in 2.5 s (to the
+    # tick, which a loaded machine delays): the shop's pace before the stall, which it showed it keeps.
+    capacity = float(client.hget(room.store.keys(DROP).health, "capacity"))
+    assert capacity == pytest.approx(160 * TICK_MS / 2750, rel=250 / 2750)
+
+
 def test_a_cut_holds_until_purchases_sent_after_it_reached_the_shop_come_back(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=500))
     running_at(room, client, 10)
@@ -151,10 +167,59 @@ def test_a_cut_holds_until_purchases_sent_after_it_reached_the_shop_come_back(ro
     # Sent once the cut reached the shop, and slow: the backlog is still there, and a further cut is judged, of the
     # shop's throughput (which still drains it), not of the rate: no deeper than the first.
     cut_at = int(client.hget(room.store.keys(DROP).health, "changed_at"))
-    client.hset(room.store.keys(DROP).health, "changed_at", cut_at - FollowRules().reach_ms - 100)
+    earlier = cut_at - FollowRules().reach_ms - 100
+    client.hset(room.store.keys(DROP).health, mapping={"changed_at": earlier, "cut_at": earlier})
     tick(room, client)
     assert allowed(room, client) == cut
     assert int(client.hget(room.store.keys(DROP).health, "changed_at")) > cut_at
+
+
+def test_slow_purchases_sent_before_the_last_increase_still_count(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=500))
+    now, reach = server_ms(client), FollowRules().reach_ms
+    running_at(room, client, 8, capacity=8, changed_at=now - reach - 600, cut_at=now - 10_000)
+    note(room, client, latency_ms=100, n=30, sent_after_ms=500)  # sent after the increase reached the shop
+    # Sent before it, answered within the window: the shop was behind already. Counting only what was sent after
+    # the increase would judge the fast ones (the slow ones of that time still on their way) and grow again.
+    note(room, client, latency_ms=2000, n=30, sent_after_ms=2500)
+    tick(room, client)
+    assert allowed(room, client) < 8
+
+
+def test_past_the_capacity_last_seen_the_rate_grows_only_long_after_the_last_cut(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))  # headroom: 80 ms
+    rules, now = FollowRules(), server_ms(client)
+    running_at(room, client, 8.2, capacity=8, cut_at=now - rules.hold_ms + 5000)  # past it, cut not long ago
+    note(room, client, latency_ms=60, n=30)  # healthy, but the shop near its capacity
+    tick(room, client)
+    assert allowed(room, client) == 8.2
+    running_at(room, client, 7.85, capacity=8, cut_at=now - rules.hold_ms + 5000)  # under it: probes up to it
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(7.85 + 10 * rules.probe)
+    running_at(room, client, 7.95, capacity=8, cut_at=now - rules.hold_ms + 5000)
+    tick(room, client)
+    assert allowed(room, client) == 8
+    client.hset(room.store.keys(DROP).health, "changed_at", 0)
+    tick(room, client)
+    assert allowed(room, client) == 8
+    # Long after the cut, past it: a probe, and the next only once a whole window was sent at that one.
+    running_at(room, client, 8.2, capacity=8, cut_at=now - rules.hold_ms - 1)
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(8.2 + 10 * rules.probe)
+    client.hset(room.store.keys(DROP).health, "changed_at", server_ms(client) - rules.reach_ms - 500)
+    note(room, client, latency_ms=60, n=30, sent_after_ms=200)
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(8.2 + 10 * rules.probe)
+
+
+def test_a_shop_far_from_its_capacity_lets_the_rate_past_it_before_the_hold_ends(room, client):
+    room.configure(DROP, TargetConfig(slo_p95_ms=100))
+    rules = FollowRules()
+    # Cut not long ago, but the p95 under half the headroom: the capacity seen then was a dip.
+    running_at(room, client, 8.2, capacity=8, cut_at=server_ms(client) - 5000)
+    note(room, client, latency_ms=30, n=30)
+    tick(room, client)
+    assert allowed(room, client) == pytest.approx(8.2 + 10 * rules.probe)
 
 
 def test_healthy_purchases_add_back_a_share_up_to_the_configured_batch_never_above(room, client):
