@@ -10,7 +10,9 @@ from chalicelib import shop_health
 from chalicelib.target_config import TargetConfig
 
 
-@dataclass(frozen=True)
+# A place is made on every enter and poll: not frozen, as a frozen dataclass's __init__ sets each field through
+# object.__setattr__, two to three times the cost of the whole object here.
+@dataclass
 class Waiting:
     """In line: `ahead` users not yet admitted have a smaller seq; the line moves at `rate` users per second."""
 
@@ -21,7 +23,7 @@ class Waiting:
     created: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass
 class PreQueued:
     """Waiting for the opening at `opens_at_ms`, to be placed in line by the opening draw."""
 
@@ -30,7 +32,7 @@ class PreQueued:
     created: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass
 class Admitted:
     """Holds the entry token of `grant` (as queue state spells it); `issued_now` when this very call admitted the user."""
 

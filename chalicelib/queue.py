@@ -27,7 +27,7 @@ from chalicelib.targets import Target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: made on every request (see chalicelib/answers.py's places)
 class QueueEntry:
     """A user's standing in one line, as the client sees it (`QueueEntryResponse`)."""
 
