@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python tests/perf/bench.py   (REDIS_URL, if set, names a jemalloc server for the memory figure)
 Runs, one after another against an embedded Valkey of this run's own, each in a fresh interpreter:
-  bench_scripts.py     round trips per call; server CPU per call against ZADD and against the naive pipeline;
+  bench_scripts.py     round trips per call; server CPU per call against ZADD and against the naive pipeline,
+                       and the server's instructions per call (callgrind, when valgrind is installed);
                        memory per waiting user (here, and on REDIS_URL's server: the machine's Redis 7, jemalloc)
   bench_request.py     handler CPU per request, by component, against a minimal Chalice route
   bench_pump.py        admissions under 8 concurrent pumps, slots under 30 % abandonment, a 100-target tick
@@ -95,6 +96,14 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
             shown(naive["cpu_us_per_call"], " us", 1))
     for name in ("status", "enter", "ZADD (baseline)"):
         add(f"  {name}: pipelined calls/s per server core", shown(calls[name]["calls_per_second_per_core"], "", 0))
+    counted = scripts.get("instructions")
+    if counted:
+        # Counted, not timed: the same in every run, so it shows what a script change costs on a busy machine.
+        add(f"  server instructions per call (callgrind, {counted['server']}; user space only)")
+        for name in ("status", "enter"):
+            row, naive = counted["calls"][name], counted["calls"][f"naive {name}"]
+            add(f"    {name}.lua x its naive pipeline",
+                f"{row['x_naive']:.2f}x ({row['instructions_per_call']:,} / {naive['instructions_per_call']:,})")
 
     section("HANDLER CPU PER REQUEST, x a minimal Chalice route making the same script call", request["load_average"])
     for name, row in request["requests"].items():

