@@ -59,7 +59,9 @@ if config[7] == '1' then
   return {'SOLD_OUT'}
 end
 
-local mark = tonumber(redis.call('GET', KEYS[4]) or '0')
+-- Numbers go back to Redis as the text they came in (ARGV, replies): a Lua number turned into text costs a printf.
+local mark_text = redis.call('GET', KEYS[4]) or '0'
+local mark = tonumber(mark_text)
 local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
 if seq and seq <= mark then
   held = seq .. ' ' .. ARGV[5]
@@ -80,7 +82,7 @@ if not seq and not arrival then
     return {'CLOSED'}
   end
   -- Only users not yet admitted take up capacity; a newcomer has every one of those in line ahead.
-  ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '+inf')
+  ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark_text, '+inf')
   if ahead + redis.call('ZCARD', KEYS[9]) >= tonumber(config[3] or ARGV[3]) then
     return {'FULL'}
   end
@@ -96,7 +98,7 @@ if not seq and not arrival then
   created = 1
 end
 if seq then
-  redis.call('ZADD', KEYS[2], now, user)
+  redis.call('ZADD', KEYS[2], ARGV[2], user)
 end
 
 -- Not sliding: should the registration itself be lost, an enter within ARGV[8] ms registers again.
@@ -113,7 +115,7 @@ end
 if not seq then
   return {'PRE_QUEUE', arrival, config[4], created, register}
 end
-ahead = ahead or redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
+ahead = ahead or redis.call('ZCOUNT', KEYS[1], '(' .. mark_text, '(' .. seq)
 local rate = redis.call('HGET', KEYS[7], 'rate')
   or tostring(tonumber(config[1] or ARGV[9]) * 1000 / tonumber(config[2] or ARGV[10]))
 return {'WAITING', seq, ahead, rate, config[8] == '1' and 1 or 0, created, register}

@@ -65,7 +65,8 @@ if sold_out == '1' then
   return {'SOLD_OUT'}
 end
 
-local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
+local seq_text = redis.call('ZSCORE', KEYS[1], user)
+local seq = tonumber(seq_text)
 if not seq then
   local arrival = redis.call('ZSCORE', KEYS[8], user)
   if arrival and other_entry(arrival) then
@@ -78,7 +79,8 @@ end
 if other_entry(seq) then
   return {'OTHER_ENTRY'}
 end
-local mark = tonumber(redis.call('GET', KEYS[3]) or '0')
+local mark_text = redis.call('GET', KEYS[3]) or '0'
+local mark = tonumber(mark_text)
 if seq <= mark then
   held = seq .. ' ' .. ARGV[3]
   redis.call('SET', KEYS[4], held, 'PX', ARGV[4])
@@ -96,7 +98,8 @@ if seq <= mark then
 end
 redis.call('ZADD', KEYS[2], ARGV[2], user)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
-local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark, '(' .. seq)
+-- The bounds as Redis spelt them: a Lua number turned back into text costs a printf.
+local ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark_text, '(' .. seq_text)
 local rate = redis.call('HGET', KEYS[5], 'rate')
   or tostring(tonumber(batch or ARGV[8]) * 1000 / tonumber(tick_ms or ARGV[9]))
 return {'WAITING', seq, ahead, rate, paused == '1' and 1 or 0}
