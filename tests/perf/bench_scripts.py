@@ -472,6 +472,8 @@ def counted_server() -> Iterator[tuple[redis.Redis, Callable[[Callable[[], None]
                     client.ping()
                     break
                 time.sleep(0.1)
+            else:
+                raise RuntimeError("the Valkey under callgrind did not answer within 60 s")
             dumps = 0
 
             def dump() -> int:
@@ -507,9 +509,8 @@ def instructions(origin: Origin) -> dict | None:
                 scripts, naive_commands, _ = bench.calls()
             port = client.connection_pool.connection_kwargs["port"]
             per_call = {}
-            for name, (command, keyspace) in {**scripts, **naive_commands}.items():
-                if name in ("leave", "consume"):
-                    continue
+            counted = {name: scripts[name] for name in ("ZADD (baseline)", "enter", "status")}
+            for name, (command, keyspace) in {**counted, **naive_commands}.items():
                 executed = count(lambda: subprocess.run(
                     ["redis-benchmark", "-p", str(port), "-c", str(CONNECTIONS), "-P", str(PIPELINE),
                      "-n", str(INSTRUCTION_CALLS), "-r", str(keyspace), "-q", *command],
@@ -517,7 +518,7 @@ def instructions(origin: Origin) -> dict | None:
                 per_call[name] = executed / INSTRUCTION_CALLS
         finally:
             benchlib.delete_prefix(client, bench.prefix)
-    rows = {name: {"instructions_per_call": round(per_call[name])} for name in ("ZADD (baseline)", "enter", "status")}
+    rows = {name: {"instructions_per_call": round(per_call[name])} for name in counted}
     for name in ("status", "enter"):
         naive = sum(n for part, n in per_call.items() if part.startswith(f"naive {name}:"))
         rows[f"naive {name}"] = {"instructions_per_call": round(naive)}
