@@ -249,6 +249,12 @@ class InProcessApi(CallRecord):
     over HTTP to the local API (`http`), so that a double click is two requests at once.
     """
 
+    # How the purchase threads hand their answers back to the loop. Not queue.SimpleQueue: on CPython 3.11 its
+    # get(timeout=t), finding the queue empty but its lock free (a put was taken since), waits for ever if t has
+    # run out by then, as the loop's wait until its next timer often has: one worker of a 100,000-user sale hung
+    # so 176 s in, and its 45,000 users were evicted. Queue.get checks the time left.
+    hand_back = queue.Queue
+
     def __init__(self, lambda_proxy: LambdaProxy, http: Api, threads: int) -> None:
         super().__init__()
         self.lambda_proxy = lambda_proxy
@@ -270,7 +276,7 @@ class InProcessApi(CallRecord):
         arrivals = [(at, n, journey) for n, (at, journey) in enumerate(journeys)]
         heapq.heapify(arrivals)
         timers: list[tuple[float, int, object, object]] = []  # (due, n, journey, what to send it)
-        purchased: queue.SimpleQueue = queue.SimpleQueue()  # (journey, answers) from the purchase threads
+        purchased = self.hand_back()  # (journey, answers) from the purchase threads
         order = itertools.count(len(journeys))
         arrival_turn = itertools.cycle((True, False))  # whose turn, when both a poll and an arrival are due
         running = len(journeys)
@@ -332,7 +338,7 @@ class InProcessApi(CallRecord):
         return Answer(status, json.loads(response["body"]) if response["body"] else None, retry_after_s, sent_at,
                       time.time())
 
-    def _click(self, journey, purchased: queue.SimpleQueue, n: int, method: str, path: str, headers: dict,
+    def _click(self, journey, purchased: queue.Queue, n: int, method: str, path: str, headers: dict,
                body: bytes) -> None:
         submitted = time.perf_counter()
         calls = [self.http.pools["purchase"].submit(self.http._call, submitted, "purchase", method, path, headers, body)
