@@ -308,17 +308,21 @@ class Bench:
         info = self.client.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
+    def send(self, command: list[str], keyspace: int, n: int, client_cpus: set[int] | None = None) -> None:
+        """`command` sent `n` times to this bench's server by redis-benchmark, pipelined, on `client_cpus` if any."""
+        server = self.client.connection_pool.connection_kwargs
+        subprocess.run(
+            ["redis-benchmark", "-h", server["host"], "-p", str(server["port"]), "-c", str(CONNECTIONS),
+             "-P", str(PIPELINE), "-n", str(n), "-r", str(keyspace), "-q", *command],
+            check=True, capture_output=True, preexec_fn=client_cpus and (lambda: os.sched_setaffinity(0, client_cpus)),
+        )
+
     def pipelined(self, command: list[str], keyspace: int, client_cpus: set[int] | None) -> dict:
         """`command` sent REQUESTS times by redis-benchmark, pipelined: the server's usec_per_call of it and
         its process CPU per call (both in us)."""
-        server = self.client.connection_pool.connection_kwargs
         name = command[0].lower()
         stats, cpu = self.command_stats().get(name, (0, 0)), self.server_cpu()
-        subprocess.run(
-            ["redis-benchmark", "-h", server["host"], "-p", str(server["port"]), "-c", str(CONNECTIONS),
-             "-P", str(PIPELINE), "-n", str(REQUESTS), "-r", str(keyspace), "-q", *command],
-            check=True, capture_output=True, preexec_fn=client_cpus and (lambda: os.sched_setaffinity(0, client_cpus)),
-        )
+        self.send(command, keyspace, REQUESTS, client_cpus)
         cpu = self.server_cpu() - cpu
         calls, usec = (after - before for after, before in zip(self.command_stats()[name], stats))
         return {"usec_per_call": usec / calls, "cpu_us_per_call": cpu / calls * 1e6}
@@ -425,7 +429,7 @@ class Bench:
                 row["calls_per_second_per_core"] = benchlib.spread([1e6 / c for c in cpu])
             rows[name] = row
         for name in ("status", "enter"):
-            parts = [n for n in naive_commands if n.startswith(f"naive {name}:")]
+            parts = naive_parts(naive_commands, name)
             commands = [naive_commands[n][0] for n in parts]
             usec = [sum(round_values) for round_values in zip(*(per_round(n, "usec_per_call") for n in parts))]
             cpu = [sum(round_values) for round_values in zip(*(per_round(n, "cpu_us_per_call") for n in parts))]
@@ -444,6 +448,11 @@ class Bench:
                 "client_pinned_to": sorted(client_cpus) if client_cpus else None,
                 "target_x_naive": TARGET_X_NAIVE, "users_in_line": USERS, "calls": rows,
                 "commands": {name: command for name, (command, _) in {**scripts, **naive_commands}.items()}}
+
+
+def naive_parts(naive_commands: dict, name: str) -> list[str]:
+    """The names of the commands that make up the naive pipeline of script `name` (status, enter)."""
+    return [part for part in naive_commands if part.startswith(f"naive {name}:")]
 
 
 INSTRUCTION_CALLS = 2000  # per command, under callgrind (about 50 times slower)
@@ -508,20 +517,16 @@ def instructions(origin: Origin) -> dict | None:
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 scripts, naive_commands, _ = bench.calls()
-            port = client.connection_pool.connection_kwargs["port"]
             per_call = {}
             counted = {name: scripts[name] for name in ("ZADD (baseline)", "enter", "status")}
             for name, (command, keyspace) in {**counted, **naive_commands}.items():
-                executed = count(lambda: subprocess.run(
-                    ["redis-benchmark", "-p", str(port), "-c", str(CONNECTIONS), "-P", str(PIPELINE),
-                     "-n", str(INSTRUCTION_CALLS), "-r", str(keyspace), "-q", *command],
-                    check=True, capture_output=True))
+                executed = count(lambda: bench.send(command, keyspace, INSTRUCTION_CALLS))
                 per_call[name] = executed / INSTRUCTION_CALLS
         finally:
             benchlib.delete_prefix(client, bench.prefix)
     rows = {name: {"instructions_per_call": round(per_call[name])} for name in counted}
     for name in ("status", "enter"):
-        naive = sum(n for part, n in per_call.items() if part.startswith(f"naive {name}:"))
+        naive = sum(per_call[part] for part in naive_parts(naive_commands, name))
         rows[f"naive {name}"] = {"instructions_per_call": round(naive)}
         rows[name]["x_naive"] = round(per_call[name] / naive, 2)
     for row in rows.values():
