@@ -13,10 +13,11 @@ take turns:
 The switch reads its flag as deployed: from an AppConfig session (its client answering infra/flags.json), not from
 the local file, which it would stat on every request.
 Totals are this process's CPU time per request (a loaded machine still inflates it: hence the slices).
-Components are measured inside real handler calls in an instrumented slice of each turn: routing and
-middleware, the flag, tickets and tokens, logging and metrics, JSON, redis-py (packing, sending, parsing: CPU),
-and the Redis wait (wall time inside redis-py less its CPU). Spans are CPU time less the timer's own cost
-(calibrated); routing, middleware and the rest of the handler are the total CPU less the named components.
+Components are measured inside real handler calls in an instrumented slice of each turn (the timers are in
+place only there, so the totals time the code as deployed): routing and middleware, the flag, tickets and
+tokens, logging and metrics, JSON, redis-py (packing, sending, parsing: CPU), and the Redis wait (wall time
+inside redis-py less its CPU). Spans are CPU time less the timer's own cost (calibrated); routing, middleware
+and the rest of the handler are the total CPU less the named components.
 Prints a table and writes build/bench_request.json. Target: handler CPU per status request at most 1.5x the floor's.
 """
 
@@ -73,25 +74,28 @@ def headers(user: int, ticket: str | None = None) -> dict[str, str]:
 
 
 class Spans:
-    """CPU time spent in chosen functions, by component, while `on`; the outermost timed call counts."""
+    """CPU time spent in chosen functions, by component; the outermost timed call counts.
+
+    The timed wrappers are in place only inside `installed()`: the totals are measured on the code as deployed
+    (in place, the wrappers would add their own calls, about 5 us a status request, to the handler's total)."""
 
     def __init__(self) -> None:
-        self.on = False
         self.busy = False
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.wait = 0.0
+        self._patches: list[tuple[object, str, object, object]] = []  # owner, name, own attribute or None, timed
 
     def wrap(self, owner: object, name: str, component: str) -> None:
         """Time `owner.name` (a function, method or staticmethod) as `component`, if it exists."""
-        raw = vars(owner).get(name) if isinstance(owner, type) else None
         original = getattr(owner, name, None)
         if original is None:
             return
+        own = vars(owner).get(name)
         process_time = time.process_time
 
         def timed(*args, **kwargs):
-            if not self.on or self.busy:
+            if self.busy:
                 return original(*args, **kwargs)
             self.busy = True
             started = process_time()
@@ -102,16 +106,14 @@ class Spans:
                 self.calls[component] += 1
                 self.busy = False
 
-        setattr(owner, name, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
+        self._patches.append((owner, name, own, staticmethod(timed) if isinstance(own, staticmethod) else timed))
 
-    def wrap_redis(self, owner: type, name: str) -> None:
+    def wrap_redis(self, owner: object, name: str) -> None:
         """Time a redis-py call: its CPU is redis-py's work, the rest of its wall time the Redis wait."""
         original = getattr(owner, name)
         perf_counter, process_time = time.perf_counter, time.process_time
 
         def timed(*args, **kwargs):
-            if not self.on:
-                return original(*args, **kwargs)
             started, cpu = perf_counter(), process_time()
             try:
                 return original(*args, **kwargs)
@@ -121,7 +123,21 @@ class Spans:
                 self.wait += perf_counter() - started - cpu
                 self.calls["redis-py (CPU)"] += 1
 
-        setattr(owner, name, timed)
+        self._patches.append((owner, name, vars(owner).get(name), timed))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The timed wrappers in place of the functions they time, for the time of the block."""
+        for owner, name, _, timed in self._patches:
+            setattr(owner, name, timed)
+        try:
+            yield
+        finally:
+            for owner, name, own, _ in self._patches:
+                if own is None:  # inherited, or the class's method on an instance
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, own)
 
     def reset(self) -> None:
         self.seconds.clear()
@@ -157,19 +173,18 @@ def instrument(spans: Spans, client) -> None:
     spans.wrap_redis(type(client), "execute_command")
 
 
-def calibrate(spans: Spans) -> dict[str, float]:
+def calibrate() -> dict[str, float]:
     """Seconds a span books for a call that does nothing, by component: the timers' own share, taken off every span."""
     dummy = types.SimpleNamespace(nothing=lambda: None, redis=lambda: None)
-    spans.wrap(dummy, "nothing", "calibration")
-    spans.wrap_redis(dummy, "redis")
-    spans.on = True
-    for _ in range(20_000):
-        dummy.nothing()
-        dummy.redis()
-    spans.on = False
-    overhead = {c: spans.seconds["calibration"] / spans.calls["calibration"] for c in COMPONENTS}
-    overhead["redis-py (CPU)"] = spans.seconds["redis-py (CPU)"] / spans.calls["redis-py (CPU)"]
-    spans.reset()
+    calibration = Spans()
+    calibration.wrap(dummy, "nothing", "calibration")
+    calibration.wrap_redis(dummy, "redis")
+    with calibration.installed():
+        for _ in range(20_000):
+            dummy.nothing()
+            dummy.redis()
+    overhead = {c: calibration.seconds["calibration"] / calibration.calls["calibration"] for c in COMPONENTS}
+    overhead["redis-py (CPU)"] = calibration.seconds["redis-py (CPU)"] / calibration.calls["redis-py (CPU)"]
     return overhead
 
 
@@ -291,7 +306,7 @@ def main() -> None:
 
         spans = Spans()
         instrument(spans, client)
-        overhead = calibrate(spans)
+        overhead = calibrate()
 
         def one_round() -> dict[str, float]:
             """CPU per request of every measure: SLICES slices of PER_SLICE requests each, the measures taking
@@ -306,10 +321,9 @@ def main() -> None:
                             request(app)  # connects
                             found[f"{name}: handler, pure-Python redis-py"] += cpu_total(lambda: request(app))
                     spans.reset()
-                    spans.on = True
-                    for _ in range(PER_SLICE):
-                        request(app)
-                    spans.on = False
+                    with spans.installed():
+                        for _ in range(PER_SLICE):
+                            request(app)
                     for component in COMPONENTS:
                         spent = spans.seconds[component] - spans.calls[component] * overhead[component]
                         found[f"{name}: {component}"] += spent
