@@ -77,7 +77,7 @@ class Spans:
     """CPU time spent in chosen functions, by component; the outermost timed call counts.
 
     The timed wrappers are in place only inside `installed()`: the totals are measured on the code as deployed
-    (in place, the wrappers would add their own calls, about 5 us a status request, to the handler's total)."""
+    (in place, the wrappers would add their own calls, 2 to 5 us a status request, to the handler's total)."""
 
     def __init__(self) -> None:
         self.busy = False
