@@ -16,11 +16,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-checkov.t
 ## Start the whole waiting room locally on embedded defaults (Ctrl-C stops all of it). EMF metric lines
 ## would only flood the terminal here, so they are off unless POWERTOOLS_METRICS_DISABLED says otherwise.
 run: $(VENV)/.installed
-	POWERTOOLS_METRICS_DISABLED=$${POWERTOOLS_METRICS_DISABLED:-true} $(BIN)/python infra/local_stack.py
+	POWERTOOLS_METRICS_DISABLED=$${POWERTOOLS_METRICS_DISABLED:-true} $(BIN)/python infra/local/stack.py
 
 ## A flash sale on the local stack: 5,000 users in a burst; report and plot in build/simulation/ (SIMULATE_ARGS="--help").
 simulate: $(VENV)/.installed
-	$(BIN)/python infra/simulate.py $(SIMULATE_ARGS)
+	$(BIN)/python infra/sim/simulate.py $(SIMULATE_ARGS)
 
 ## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey), then the reliability suite:
 ## Redis faults against servers the tests kill and restart, and the store's tests on a 3-node Valkey cluster.

@@ -29,7 +29,7 @@ from chalicelib.queue import WaitingRoom  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import QueueStore  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
-from tests.redis_servers import OwnRedis, ValkeyCluster  # noqa: E402
+from tests.support.redis_servers import OwnRedis, ValkeyCluster  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -166,7 +166,7 @@ def api(env):
 
 @pytest.fixture
 def own_redis():
-    """A Valkey server this test may kill, pause and restart on the same port (see tests/redis_servers.py)."""
+    """A Valkey server this test may kill, pause and restart on the same port (see tests/support/redis_servers.py)."""
     server = OwnRedis()
     yield server
     server.close()
@@ -197,7 +197,7 @@ def resources(template):
 @pytest.fixture
 def origin(env):
     """A real downstream shop on 127.0.0.1, and both purchase routes pointed at it."""
-    from tests.downstream import Origin
+    from tests.support.downstream import Origin
 
     server = Origin()
     # The trailing slash is trimmed by the settings: purchase paths are appended to it.

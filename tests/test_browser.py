@@ -1,6 +1,6 @@
 """The waiting-room page as a shopper uses it, in Chromium at desktop (English) and phone (Korean) size: every
 answer the API can give reaches its own view by polling alone, trouble is visible and heals by itself, and the
-page stays readable and keyboard-usable. Fixtures and checks: tests/browser.py."""
+page stays readable and keyboard-usable. Fixtures and checks: tests/support/browser.py."""
 
 import json
 import re
@@ -9,8 +9,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import QUEUE_OFF, SIZES, http, iso_in
-from tests.browser import browser, shopper, stack, target_id  # noqa: F401  (fixtures)
+from tests.support.browser import QUEUE_OFF, SIZES, http, iso_in
+from tests.support.browser import browser, shopper, stack, target_id  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 

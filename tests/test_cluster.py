@@ -25,8 +25,8 @@ from chalicelib.redis_connection import Breaker, connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
-from tests.redis_servers import ValkeyCluster
-from tests.test_purchase import closed_port
+from tests.support.redis_servers import ValkeyCluster
+from infra.local.stack import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -157,7 +157,7 @@ def test_an_unreachable_cluster_at_cold_start_fails_open(env):
     settings = load_settings()
     breaker = Breaker(fail_max=3, reset_timeout=0.3)
     # A Lambda container starting while the cluster is down: building the client must not need the cluster.
-    parts = Parts(f"redis://127.0.0.1:{closed_port()}", "cold", settings, breaker)
+    parts = Parts(f"redis://127.0.0.1:{free_port()}", "cold", settings, breaker)
     started = time.monotonic()
     entry = parts.room.enter(TARGETS[0], 1)
     assert entry.status == "DIRECT_ADMITTED" and time.monotonic() - started < 2.0

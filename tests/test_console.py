@@ -1,14 +1,14 @@
 """The operator console in Chromium, beside a shopper's waiting room: it lists the target with live charts, and
 its controls steer the sale through the config API (rate, pause and resume, sold out) while the shopper's page
-follows by polling alone. Fixtures and checks: tests/browser.py."""
+follows by polling alone. Fixtures and checks: tests/support/browser.py."""
 
 import re
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import http
-from tests.browser import browser, shopper, stack, target_id  # noqa: F401  (fixtures)
+from tests.support.browser import http
+from tests.support.browser import browser, shopper, stack, target_id  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 

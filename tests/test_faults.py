@@ -24,7 +24,7 @@ from chalicelib.purchase import PurchaseRequest
 from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
-from tests.redis_servers import OwnRedis
+from tests.support.redis_servers import OwnRedis
 
 pytestmark = pytest.mark.faults
 

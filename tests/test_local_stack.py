@@ -16,15 +16,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from infra.local_stack import LocalStack
+from infra.local.stack import LocalStack, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_open(port):
@@ -38,7 +32,7 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
     env = {k: v for k, v in os.environ.items() if not k.startswith("VQ_") and k != "REDIS_URL"}
     env["VQ_LOCAL_PORT"] = str(port)
     env["VQ_TICK_MS"] = "500"
-    command = [sys.executable, str(ROOT / "infra" / "local_stack.py"), "--shop-port", str(shop_port), "--stock", "1"]
+    command = [sys.executable, str(ROOT / "infra" / "local" / "stack.py"), "--shop-port", str(shop_port), "--stock", "1"]
     stack = subprocess.Popen(command, cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -97,7 +91,7 @@ def start_stack(**popen):
     """`make run`'s stack on free ports with its own embedded Valkey; (process, API port, Redis port, printed)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VQ_") and k != "REDIS_URL"}
-    command = [sys.executable, str(ROOT / "infra" / "local_stack.py"), "--port", str(port),
+    command = [sys.executable, str(ROOT / "infra" / "local" / "stack.py"), "--port", str(port),
                "--shop-port", str(free_port()), "--workers", "1"]
     stack = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, **popen)
@@ -190,7 +184,7 @@ def test_concurrent_requests_are_never_answered_with_each_others_state(env):
 
 
 def test_demo_shop_honours_idempotency_keys_like_a_real_shop_api():
-    from infra.demo_shop import DemoShop
+    from infra.local.demo_shop import DemoShop
 
     shop = DemoShop(stock=5).start()
 
@@ -228,7 +222,7 @@ def shop_order(url, user, path="/limited-drops/1/orders"):
 
 
 def test_demo_shop_says_sold_out_with_its_last_unit_and_after():
-    from infra.demo_shop import DemoShop
+    from infra.local.demo_shop import DemoShop
 
     shop = DemoShop(stock=2).start()
     try:
@@ -241,8 +235,7 @@ def test_demo_shop_says_sold_out_with_its_last_unit_and_after():
 
 
 def test_a_shop_with_a_capacity_in_its_own_process_makes_orders_past_it_wait():
-    from infra.demo_shop import ShopProcess
-    from infra.local_stack import free_port
+    from infra.local.demo_shop import ShopProcess
 
     shop = ShopProcess(100, free_port(), capacity_per_s=20.0).start()  # four handlers of 200 ms
     try:

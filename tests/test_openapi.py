@@ -31,7 +31,7 @@ from chalicelib import errors, runtime
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import TARGET_TYPES, Target
-from tests.openapi_lint import lint
+from tests.support.openapi_lint import lint
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "infra" / "openapi.yaml"

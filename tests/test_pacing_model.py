@@ -1,6 +1,6 @@
-"""infra/pacing_model.py: the sale replayed by the pacing rule alone counts what the simulator counts."""
+"""infra/sim/pacing_model.py: the sale replayed by the pacing rule alone counts what the simulator counts."""
 
-from infra.pacing_model import model
+from infra.sim.pacing_model import model
 
 
 def test_paced_crowd_asks_far_less_than_a_fixed_poll_and_hears_of_its_turn_within_a_second():

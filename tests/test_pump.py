@@ -17,6 +17,7 @@ from chalicelib.pump import RUN_WINDOW_MS, STOP_BEFORE_DEADLINE_MS, Pump, ticks_
 from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
+from tests.support.ticks import server_ms, wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
 EVENT = Target("ticketing-event", 7)
@@ -26,15 +27,6 @@ SHOW = Target("ticketing-event", 8)
 def fill(room, target, users):
     """Enter `users` in order; returns each user's queue ticket."""
     return {user: room.enter(target, user).queue_ticket for user in users}
-
-
-def server_ms(client):
-    seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
-
-
-def wait_for_next_tick(client, tick_ms):
-    time.sleep((tick_ms - server_ms(client) % tick_ms + 5) / 1000)
 
 
 def stay_clear_of_tick_boundary(client, tick_ms, margin_ms=1000):

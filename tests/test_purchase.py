@@ -16,10 +16,10 @@ from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.store import CLOCK_SKEW_MARGIN_MS, QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken
-from tests.buying import buy_at_once
-from tests.observed import counted, log_lines  # noqa: F401  (a fixture)
+from infra.local.stack import free_port
+from tests.support.buying import DROP, buy_at_once, mint, request_for
+from tests.support.observed import counted, log_lines  # noqa: F401  (a fixture)
 
-DROP = Target("limited-drop", 42)
 SEATS = Target("ticketing-event", 9)
 ORDER = {"sku": "sneaker-42", "size": 43}
 
@@ -30,28 +30,11 @@ def gate(origin, store, signer):
     return PurchaseGate(store, signer, load_settings(), runtime.switch())
 
 
-def closed_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def mint(signer, target=DROP, user=7, now=None, ttl_s=300):
-    return signer.mint_entry_token(target, user, time.time() if now is None else now, ttl_s)
-
-
 def buy(api, token, user="7", path="/limited-drops/42/orders", body=ORDER):
     headers = {"Content-Type": "application/json", "X-User-Id": user}
     if token is not None:
         headers["X-Entry-Token"] = token if isinstance(token, str) else token.text
     return api.http.post(path, headers=headers, body=json.dumps(body))
-
-
-def request_for(token, target=DROP, user="7", authorizer=None):
-    return PurchaseRequest(
-        target_type=target.type, target_id=str(target.id), entry_token=token.text, user_id=user,
-        authorizer=authorizer, body=b'{"sku":"x"}', content_type="application/json",
-    )
 
 
 def code(response):
@@ -192,7 +175,7 @@ def test_downstream_4xx_is_an_answer_and_keeps_the_token_used(api, origin, signe
 
 
 def test_unreachable_downstream_is_502_and_gives_the_token_back(api, env, origin, signer):
-    env(VQ_ORIGIN_LIMITED_DROP_URL=f"http://127.0.0.1:{closed_port()}")
+    env(VQ_ORIGIN_LIMITED_DROP_URL=f"http://127.0.0.1:{free_port()}")
     token = mint(signer)
     unreachable = buy(api, token)
     assert unreachable.status_code == 502 and code(unreachable) == "ORIGIN_UNAVAILABLE"
@@ -210,7 +193,7 @@ def test_no_downstream_configured_is_503_and_the_token_stays_usable(api, env, or
 
 
 def test_redis_unreachable_lets_the_purchase_through_and_counts_it(api, env, origin, signer, capsys):
-    env(REDIS_URL=f"redis://127.0.0.1:{closed_port()}")
+    env(REDIS_URL=f"redis://127.0.0.1:{free_port()}")
     bought = buy(api, mint(signer))
     assert bought.status_code == 201 and len(origin.requests) == 1
     # For the whole service only: without Redis nobody can say whether the token's target is known.
@@ -218,13 +201,13 @@ def test_redis_unreachable_lets_the_purchase_through_and_counts_it(api, env, ori
 
 
 def test_redis_unreachable_still_denies_a_bad_token(api, env, origin):
-    env(REDIS_URL=f"redis://127.0.0.1:{closed_port()}")
+    env(REDIS_URL=f"redis://127.0.0.1:{free_port()}")
     assert code(buy(api, "junk")) == "QUEUE_BYPASS_DENIED"
     assert origin.requests == []
 
 
 def test_redis_unreachable_with_fail_mode_closed_refuses_without_the_downstream(api, env, origin, signer):
-    env(REDIS_URL=f"redis://127.0.0.1:{closed_port()}", VQ_FAIL_MODE="closed")
+    env(REDIS_URL=f"redis://127.0.0.1:{free_port()}", VQ_FAIL_MODE="closed")
     refused = buy(api, mint(signer))
     assert refused.status_code == 503 and code(refused) == "QUEUE_UNAVAILABLE"
     assert int(refused.headers["Retry-After"]) >= 1

@@ -33,8 +33,8 @@ from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryGrant, EntryToken, TokenSigner
-from tests.buying import buy_at_once
-from tests.downstream import Origin
+from tests.support.buying import buy_at_once
+from tests.support.downstream import Origin
 
 DROP = Target("limited-drop", 42)
 EVERYONE = range(1, 7)

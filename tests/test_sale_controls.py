@@ -11,7 +11,7 @@ from chalicelib.errors import QueueSoldOut, UnknownTarget
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
-from tests.observed import counted
+from tests.support.observed import counted
 
 DROP = Target("limited-drop", 42)
 ENTRIES = "/virtual-queues/limited-drop/42/entries"
@@ -101,7 +101,7 @@ def test_paused_admits_nobody_and_waiting_users_keep_their_place_and_heartbeat(m
 
 
 def test_resuming_goes_on_in_the_same_order_at_the_rate_without_catching_up(make_room, client):
-    from tests.test_pump import wait_for_next_tick
+    from tests.support.ticks import wait_for_next_tick
 
     room = make_room(VQ_BATCH_SIZE=2, VQ_TICK_MS=100)
     tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 9)}
@@ -161,7 +161,7 @@ def test_a_pre_queued_user_hears_sold_out_too(make_room):
 
 def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_answered_stays_used(
         make_room, origin, capsys):
-    from tests.test_purchase import mint, request_for
+    from tests.support.buying import mint, request_for
 
     room = make_room()
     tickets = {user: room.enter(DROP, user).queue_ticket for user in (1, 2)}
@@ -183,7 +183,7 @@ def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_an
 def test_a_direct_entry_token_for_an_unknown_target_buys_nothing(env, origin, client, prefix, capsys):
     # Minted with the queue off or Redis down, a token names whatever target the caller asked for.
     env(VQ_TARGETS_OPEN_ON_FIRST_USE="false")
-    from tests.test_purchase import mint, request_for
+    from tests.support.buying import mint, request_for
 
     origin.answer_headers = {"X-Queue-Sold-Out": "true"}
     capsys.readouterr()

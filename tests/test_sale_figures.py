@@ -1,7 +1,7 @@
-"""What the sale scenarios report of the shop under originSlo (infra/sale_figures.py): the windows judged against
+"""What the sale scenarios report of the shop under originSlo (infra/sim/sale_figures.py): the windows judged against
 the objective start at the rate's first cut, and a rate that opens below the configured one is no cut."""
 
-from infra.sale_figures import shop_load
+from infra.sim.sale_figures import shop_load
 
 STARTED = 1000.0
 

@@ -12,8 +12,8 @@ from chalicelib.pump import Pump
 from chalicelib.shop_health import FollowRules, Purchase, health
 from chalicelib.target_config import TargetConfig, parse_config
 from chalicelib.targets import Target
-from tests.observed import emitted
-from tests.test_pump import server_ms, wait_for_next_tick
+from tests.support.observed import emitted
+from tests.support.ticks import server_ms, wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
 TICK_MS = 100
@@ -342,7 +342,7 @@ def _values(stdout):
 
 
 def test_the_gate_notes_latency_outcome_and_orders(make_room, origin, client):
-    from tests.test_purchase import mint, request_for
+    from tests.support.buying import mint, request_for
 
     room = make_room()
     room.enter(DROP, 1)

@@ -1,5 +1,5 @@
 """The flash-sale simulator's 5,000-user burst: the shop is kept to the rate, nothing is oversold, and every
-user who kept polling gets in or, once the shop sold out, is told so (infra/simulate.py, run as `make simulate`
+user who kept polling gets in or, once the shop sold out, is told so (infra/sim/simulate.py, run as `make simulate`
 runs it)."""
 
 import json
@@ -10,12 +10,12 @@ import textwrap
 
 import pytest
 
-from tests.test_local_stack import ROOT
+from infra.local.stack import ROOT
 
 
 @pytest.mark.slow
 def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, prefix, tmp_path):
-    command = [sys.executable, str(ROOT / "infra" / "simulate.py"), "--users", "5000", "--out", str(tmp_path),
+    command = [sys.executable, str(ROOT / "infra" / "sim" / "simulate.py"), "--users", "5000", "--out", str(tmp_path),
                "--key-prefix", prefix, "--no-progress"]
     # The `env` fixture has put this test's Redis in os.environ: the simulator's stack uses it.
     run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
@@ -53,7 +53,7 @@ def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, pre
 
 @pytest.mark.slow
 def test_the_http_transport_runs_the_same_sale_through_the_local_api(env, prefix, tmp_path):
-    command = [sys.executable, str(ROOT / "infra" / "simulate.py"), "--users", "400", "--stock", "300",
+    command = [sys.executable, str(ROOT / "infra" / "sim" / "simulate.py"), "--users", "400", "--stock", "300",
                "--transport", "http", "--out", str(tmp_path), "--key-prefix", prefix, "--no-progress"]
     run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
     report = json.loads((tmp_path / "report.json").read_text())
@@ -65,7 +65,7 @@ def test_the_http_transport_runs_the_same_sale_through_the_local_api(env, prefix
 def test_the_crowds_lambda_proxy_calls_the_app_as_chalices_local_gateway_does(api):
     # The simulator's processes call the app through LambdaProxy; the `api` fixture's client, through LocalGateway.
     from app import app
-    from infra.local_api import LambdaProxy
+    from infra.local.api import LambdaProxy
 
     proxy = LambdaProxy(app)
     entries = "/virtual-queues/limited-drop/42/entries"
@@ -94,7 +94,7 @@ def test_the_crowds_purchase_answers_never_hold_its_loop_past_the_next_timer():
     # In a process of its own: importing the simulator sets the environment it runs the app in.
     waits = textwrap.dedent("""
         import contextlib, queue
-        from infra.simulate import InProcessApi
+        from infra.sim.simulate import InProcessApi
 
         answers = InProcessApi.hand_back()
         for _ in range(50_000):

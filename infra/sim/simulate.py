@@ -3,16 +3,16 @@
 Each user enters, then polls when the server says (`pollAfterMs`, and nothing else: the simulator paces
 no one, as the waiting-room page paces no one) until admitted, then buys once. A share abandons while
 waiting (half leave the line, half just stop polling and are evicted), and a share clicks Buy twice at once
-(the gate must stop the second click before the shop). The stack (infra/local_stack.py) is started here
+(the gate must stop the second click before the shop). The stack (infra/local/stack.py) is started here
 with a short tick and the API in several processes, and its pump records what every tick did.
 
-The report (infra/simulation_report.py) checks admissions per tick, the shop's rate, oversells, and
+The report (infra/sim/report.py) checks admissions per tick, the shop's rate, oversells, and
 measures what the sale costs: requests per admitted user by kind, requests per second per 1,000 waiting
 users, how soon users hear of their admission, the cost at list prices, each beside the same crowd polling
 every 2.5 s. It is printed, and written with a plot to --out (build/simulation/report.json, plot.png).
 Exit status 1 when a check fails.
 
-    python infra/simulate.py                  # `make simulate`; --help lists the knobs
+    python infra/sim/simulate.py                  # `make simulate`; --help lists the knobs
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # The pump runs in this process and the API inherits this environment: quiet and lean, before chalicelib
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 
-from infra.local_api import LambdaProxy, app_environment, load_app  # noqa: E402
+from infra.local.api import LambdaProxy, app_environment, load_app  # noqa: E402
 
 # The app's own settings (no Tracer, as deployed), here and in the crowd's processes, before chalicelib loads.
 app_environment()
@@ -58,8 +58,8 @@ from tqdm import tqdm  # noqa: E402
 
 from chalicelib.pump import Pump, TickReport  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
-from infra.local_stack import LocalStack  # noqa: E402
-from infra.simulation_report import ENTRIES, KINDS, PURCHASE, TARGET, analyse, plot, summary, target_tick  # noqa: E402
+from infra.local.stack import LocalStack  # noqa: E402
+from infra.sim.report import ENTRIES, KINDS, PURCHASE, TARGET, analyse, plot, summary, target_tick  # noqa: E402
 
 
 ARRIVALS_PER_S = 2500  # the default burst's rate, for a crowd of more than 5,000
@@ -89,7 +89,7 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--crowd-processes", type=int,
                         help="inproc: processes that run the crowd, each calling the app (default: one per core)")
     parser.add_argument("--workers", type=int, help="the local API's processes (default: two per core)")
-    # The shop and the sale's controls (infra/sale_scenarios.py runs the comparisons with them).
+    # The shop and the sale's controls (infra/sim/scenarios.py runs the comparisons with them).
     parser.add_argument("--shop-capacity", type=float,
                         help="orders/s the demo shop handles; above it its latency climbs (default: unbounded)")
     parser.add_argument("--shop-workers", type=int, default=4,
@@ -241,7 +241,7 @@ class InProcessApi(CallRecord):
     """The app called as Lambda calls it (`--transport inproc`), in one of the simulator's worker processes.
 
     Deployed, API Gateway turns each request into a proxy event and Lambda calls the app with it; here
-    infra/local_api.py's LambdaProxy does that in this process, without the HTTP server, which is not part of
+    infra/local/api.py's LambdaProxy does that in this process, without the HTTP server, which is not part of
     the deployed system. Each worker owns a share of the users; its loop wakes each journey when its next poll
     is due and answers the poll at once, one at a time (one container). When it falls behind, due polls and
     due arrivals take turns: a burst of arrivals does not hold up the polls of those in line (as the HTTP

@@ -34,9 +34,9 @@ from chalicelib.pump import Pump
 from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
-from infra.local_stack import LocalStack, wait_until_up
+from infra.local.stack import LocalStack, free_port, wait_until_up
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
 # The network is closed: without these, Chromium keeps trying to reach Google's services.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -149,8 +149,6 @@ def browser():
 @pytest.fixture(scope="module")
 def stack(redis_url, tmp_path_factory):
     """The local stack for one module, under a key prefix of its own, without its pump loop (tests tick)."""
-    from tests.test_local_stack import free_port
-
     folder = tmp_path_factory.mktemp("stack")
     flags = folder / "flags.json"
     flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"off": {

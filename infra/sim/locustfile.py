@@ -1,7 +1,7 @@
 """Load test of a deployed stage with Locust: the waiting room's user journey (enter, poll when told, buy).
 
     pip install locust      # not a project dependency: only this file uses it
-    locust -f infra/locustfile.py --host https://<api-id>.execute-api.<region>.amazonaws.com/api \\
+    locust -f infra/sim/locustfile.py --host https://<api-id>.execute-api.<region>.amazonaws.com/api \\
         --users 5000 --spawn-rate 1000
 
 Each virtual user joins the line, polls when the server says (`pollAfterMs`, and at no other time: the same

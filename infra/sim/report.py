@@ -1,4 +1,4 @@
-"""The flash-sale simulator's report: what the crowd did, checked, and what it would cost (infra/simulate.py).
+"""The flash-sale simulator's report: what the crowd did, checked, and what it would cost (infra/sim/simulate.py).
 
 Checks (each makes the run fail): the pump's admissions per tick, the shop's rate, oversells, that every
 user who kept polling got in, that the API never failed. Targets (measured, shown met or missed, not
@@ -19,8 +19,8 @@ from chalicelib.answers import TargetTick
 from chalicelib.gate import purchase_path
 from chalicelib.pump import TickReport
 from chalicelib.targets import Target
-from infra import sale_figures
-from infra.sale_cost import Deployment, SaleLoad, sale_cost
+from infra.sim import sale_figures
+from infra.sim.sale_cost import Deployment, SaleLoad, sale_cost
 
 TARGET = Target("limited-drop", 1)
 ENTRIES = f"/virtual-queues/{TARGET.type}/{TARGET.id}/entries"

@@ -1,8 +1,8 @@
 """`make run`: the whole waiting room on this machine, on embedded defaults.
 
 Starts an embedded Valkey (unless REDIS_URL is set), makes a throwaway signing key (unless VQ_TOKEN_KEYS is
-set), starts the demo shop (infra/demo_shop.py) as the downstream of both purchase routes, the API
-(infra/local_api.py: Chalice's local server in several worker processes) and the admission pump in a loop,
+set), starts the demo shop (infra/local/demo_shop.py) as the downstream of both purchase routes, the API
+(infra/local/api.py: Chalice's local server in several worker processes) and the admission pump in a loop,
 prints where to look, and on Ctrl-C or SIGTERM stops everything it started (also when started from a script
 that ignores SIGINT). If the API or the embedded Valkey dies, it says which and stops the rest (exit 1).
 `LocalStack` does the same for the browser test and the simulator.
@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Mapping
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from chalicelib.config import ConfigError, load_settings  # noqa: E402
@@ -37,7 +37,7 @@ from chalicelib.events import FileSink, Publisher  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import QueueStore  # noqa: E402
-from infra.demo_shop import DemoShop, ShopProcess  # noqa: E402
+from infra.local.demo_shop import DemoShop, ShopProcess  # noqa: E402
 
 DEFAULT_STOCK = 100
 
@@ -127,7 +127,7 @@ class LocalStack:
             self._pump_thread.start()
         workers = [] if self.api_workers is None else ["--workers", str(self.api_workers)]
         self.api = subprocess.Popen(
-            [sys.executable, str(ROOT / "infra" / "local_api.py"), "--port", str(self.api_port), *workers],
+            [sys.executable, str(ROOT / "infra" / "local" / "api.py"), "--port", str(self.api_port), *workers],
             cwd=ROOT, env=env, start_new_session=True, stdout=self.api_output,
             stderr=None if self.api_output is None else subprocess.STDOUT,
         )

@@ -1,4 +1,4 @@
-"""What the sale's controls did in a simulated sale (part of infra/simulation_report.py's report): how long users
+"""What the sale's controls did in a simulated sale (part of infra/sim/report.py's report): how long users
 waited to hear the sale was over, and how the shop fared at the admission rate, fixed or following its originSlo.
 """
 

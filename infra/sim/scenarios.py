@@ -1,10 +1,10 @@
-"""The sale controls measured: the same simulated sale run twice, side by side (infra/simulate.py does each run).
+"""The sale controls measured: the same simulated sale run twice, side by side (infra/sim/simulate.py does each run).
 
-    python infra/sale_scenarios.py sold-out     # the shop sells out: before (only the shop says so, to each
+    python infra/sim/scenarios.py sold-out     # the shop sells out: before (only the shop says so, to each
                                                 # user whose turn comes) and now (its X-Queue-Sold-Out closes the line)
-    python infra/sale_scenarios.py origin-slo   # a shop that degrades above 40 orders/s: a fixed 60/s, and the same
+    python infra/sim/scenarios.py origin-slo   # a shop that degrades above 40 orders/s: a fixed 60/s, and the same
                                                 # ceiling with originSlo {"p95Ms": 500}
-    python infra/sale_scenarios.py origin-slo-steep   # the same at 25 orders/s, a steeper curve (one handler): a fixed
+    python infra/sim/scenarios.py origin-slo-steep   # the same at 25 orders/s, a steeper curve (one handler): a fixed
                                                       # 40/s, and the same ceiling with originSlo {"p95Ms": 500}
 
 Knobs after the scenario's name go to both runs (e.g. `--users 20000`); `--help` after the name lists them.
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "scenarios"
 
 # Per scenario: its own defaults (before the caller's knobs), and the two runs' own arguments.
@@ -57,7 +57,7 @@ def run(scenario: str, extra: list[str]) -> dict:
     reports = {}
     for name, arguments in SCENARIOS[scenario]["runs"].items():
         out = OUT / scenario / name.split(":")[0].replace(" ", "-").replace("/", "")
-        command = [sys.executable, str(ROOT / "infra" / "simulate.py"), *SCENARIOS[scenario]["defaults"], *extra,
+        command = [sys.executable, str(ROOT / "infra" / "sim" / "simulate.py"), *SCENARIOS[scenario]["defaults"], *extra,
                    *arguments, "--out", str(out)]
         print(f"== {name}: {' '.join(command[2:])}", flush=True)
         finished = subprocess.run(command, cwd=ROOT)

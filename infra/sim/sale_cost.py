@@ -1,6 +1,6 @@
 """What a sale costs on AWS at list prices: the one place that writes those prices down.
 
-The simulator (infra/simulate.py) counts a sale's requests and how long it took; this turns them into
+The simulator (infra/sim/simulate.py) counts a sale's requests and how long it took; this turns them into
 dollars, for the paced polls it measured and for the same crowd polling every few seconds.
 Prices: US East (N. Virginia), on demand, without free tier or savings plans.
 """

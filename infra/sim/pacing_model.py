@@ -1,12 +1,12 @@
 """What the server's poll pacing asks of AWS for a crowd too large to simulate on this machine.
 
-The simulator (infra/simulate.py) runs the real stack, and measures; but 100,000 users waiting at a 60 s
+The simulator (infra/sim/simulate.py) runs the real stack, and measures; but 100,000 users waiting at a 60 s
 heartbeat poll about 6,000 times a second, several times what a 2-core machine serves. This replays the same
 sale with the pacing rule alone (chalicelib/polling.py, the very functions the API answers with) and the
 line moving exactly at its rate: no HTTP, no Redis, no abandonment, no latency. It counts what every user
-would send, beside the same crowd polling every 2.5 s, and prices both (infra/sale_cost.py).
+would send, beside the same crowd polling every 2.5 s, and prices both (infra/sim/sale_cost.py).
 
-    python infra/pacing_model.py --users 100000 --heartbeat-timeout-s 60
+    python infra/sim/pacing_model.py --users 100000 --heartbeat-timeout-s 60
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalicelib import polling  # noqa: E402
-from infra.sale_cost import SaleLoad, sale_cost  # noqa: E402
+from infra.sim.sale_cost import SaleLoad, sale_cost  # noqa: E402
 
 FIXED_POLL_S = 2.5
 WINDOW_S = 10

@@ -13,7 +13,7 @@
 - The listen backlog holds 1,024 connections, not 5: a burst of new connections past the backlog waits in
   TCP retries of a second and more, and the queue would seem slow when its server only refused to listen.
 
-Usage: `python infra/local_api.py --port 8000 [--workers N]` (the local stack starts it). SIGTERM or SIGINT
+Usage: `python infra/local/api.py --port 8000 [--workers N]` (the local stack starts it). SIGTERM or SIGINT
 stops every worker; if one dies the others are stopped too, and the exit status is 1.
 """
 
@@ -34,7 +34,7 @@ from chalice.deploy.validate import validate_routes
 from chalice.local import ChaliceRequestHandler, LambdaContext, LocalDevServer, MatchResult, RouteMatcher, \
     ThreadedHTTPServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Handler(ChaliceRequestHandler):

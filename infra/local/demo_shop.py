@@ -15,7 +15,7 @@ When an item's stock runs out, the answer that sells the last unit, and every re
 shop works like a real one with `workers` order handlers: each order takes `workers / capacity_per_s` seconds
 of a handler, and orders beyond that wait for one, so above its capacity its latency climbs without bound (the
 simulator's shop that degrades past a capacity the queue is not told). `ShopProcess` runs it in a process of
-its own, as `python infra/demo_shop.py`: under a simulated crowd, a shop sharing the crowd's process (and its
+its own, as `python infra/local/demo_shop.py`: under a simulated crowd, a shop sharing the crowd's process (and its
 interpreter lock) would be slowed by the crowd, not by its orders.
 """
 
@@ -34,7 +34,7 @@ from contextlib import nullcontext
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalicelib.origin import SOLD_OUT_HEADER  # noqa: E402
 

@@ -1,0 +1,1 @@
+"""Helpers the test modules share: servers, shoppers, buyers, clocks and observers."""
