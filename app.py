@@ -19,7 +19,14 @@ from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorize
 from chalicelib import gate, page, runtime
 from chalicelib.errors import QueueError
 from chalicelib.observability import (
-    add_request_keys, close_request_keys, count, lambda_context_keys, logger, metrics, open_request_keys, tracer,
+    add_request_keys,
+    close_request_keys,
+    count,
+    lambda_context_keys,
+    logger,
+    metrics,
+    open_request_keys,
+    tracer,
 )
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.target_config import parse_config
@@ -35,7 +42,6 @@ app.api.binary_types = []
 # routes (package, deploy), without the runtime's secrets, so it is spared the check.
 if not os.environ.get("AWS_CHALICE_CLI_MODE"):
     runtime.settings()
-
 
 
 @app.middleware("http")
@@ -75,8 +81,9 @@ def answers_queue_errors(view):
 
 
 def _json(body, status=200, headers=None):
-    return Response(body=_json_text(body), status_code=status,
-                    headers={"Content-Type": "application/json", **(headers or {})})
+    return Response(
+        body=_json_text(body), status_code=status, headers={"Content-Type": "application/json", **(headers or {})}
+    )
 
 
 def _json_text(body):
@@ -154,8 +161,9 @@ def purchase_authorizer(event, context):
         # Only a denial logs, so only a denial gathers what its line carries: the request id and the function's
         # context (Powertools' inject_lambda_context on every call cost a third of an Allow). The event is never
         # logged: it carries the entry token.
-        keys = open_request_keys(correlation_id=query(event, correlation_paths.API_GATEWAY_REST),
-                                 **lambda_context_keys(context))
+        keys = open_request_keys(
+            correlation_id=query(event, correlation_paths.API_GATEWAY_REST), **lambda_context_keys(context)
+        )
         try:
             count("BypassDenied")  # for the whole service only: the target is the caller's word (a metric each)
             logger.info("purchase denied", extra={"target": str(verdict.target) if verdict.target else None})
@@ -169,22 +177,27 @@ def purchase_authorizer(event, context):
 # X-User-Id and points it at the function (the URI below is a placeholder). Locally no custom authorizer
 # runs: the routes check the token themselves either way.
 PURCHASE_AUTHORIZER = CustomAuthorizer(
-    "purchase_authorizer", authorizer_uri="set-by-infra/authorizer.yaml", ttl_seconds=0, header="X-Entry-Token",
+    "purchase_authorizer",
+    authorizer_uri="set-by-infra/authorizer.yaml",
+    ttl_seconds=0,
+    header="X-Entry-Token",
 )
 
 
 def _purchase(target_type, target_id):
     request = app.current_request
-    answer = runtime.purchase_gate().purchase(PurchaseRequest(
-        target_type=target_type,
-        target_id=target_id,
-        entry_token=request.headers.get("x-entry-token"),
-        user_id=request.headers.get("x-user-id"),
-        authorizer=request.context.get("authorizer"),
-        body=request.raw_body,
-        content_type=request.headers.get("content-type"),
-        request_id=request.context.get("requestId"),
-    ))
+    answer = runtime.purchase_gate().purchase(
+        PurchaseRequest(
+            target_type=target_type,
+            target_id=target_id,
+            entry_token=request.headers.get("x-entry-token"),
+            user_id=request.headers.get("x-user-id"),
+            authorizer=request.context.get("authorizer"),
+            body=request.raw_body,
+            content_type=request.headers.get("content-type"),
+            request_id=request.context.get("requestId"),
+        )
+    )
     headers = {"Content-Type": answer.content_type} if answer.content_type else {}
     return Response(body=answer.text, status_code=answer.status, headers=headers)
 
@@ -195,7 +208,9 @@ def order_limited_drop(drop_id):
     return _purchase("limited-drop", drop_id)
 
 
-@app.route(gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}"), methods=["POST"], authorizer=PURCHASE_AUTHORIZER)
+@app.route(
+    gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}"), methods=["POST"], authorizer=PURCHASE_AUTHORIZER
+)
 @answers_queue_errors
 def select_seats(event_id):
     return _purchase("ticketing-event", event_id)
@@ -238,9 +253,15 @@ CONSOLE = "/console"
 
 def _html(body):
     # Per language (Accept-Language), and never cached: the page carries the target's current display fields.
-    return Response(body=body, status_code=200, headers={
-        "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-cache", "Vary": "Accept-Language",
-    })
+    return Response(
+        body=body,
+        status_code=200,
+        headers={
+            "Content-Type": "text/html; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "Vary": "Accept-Language",
+        },
+    )
 
 
 @app.route(WAITING_ROOM, methods=["GET"])
@@ -249,19 +270,26 @@ def waiting_room_page(queue_type, target_id):
     """The waiting-room web page of one line (HTML and script, same origin as the API), in Korean or English."""
     target = _target(queue_type, target_id)
     lang = page.language(_header("accept-language"), (app.current_request.query_params or {}).get("lang"))
-    return _html(page.render(
-        target, lang, runtime.waiting_room().display(target),
-        page_path=WAITING_ROOM.format(queue_type=target.type, target_id=target.id),
-        entries_path=ENTRIES.format(queue_type=target.type, target_id=target.id),
-        purchase_path=gate.purchase_path(target),
-    ))
+    return _html(
+        page.render(
+            target,
+            lang,
+            runtime.waiting_room().display(target),
+            page_path=WAITING_ROOM.format(queue_type=target.type, target_id=target.id),
+            entries_path=ENTRIES.format(queue_type=target.type, target_id=target.id),
+            purchase_path=gate.purchase_path(target),
+        )
+    )
 
 
 @app.route(page.SERVICE_WORKER_PATH, methods=["GET"])
 def waiting_room_service_worker():
     """The waiting room's service worker (a reload while the server is down shows the page it last served)."""
-    return Response(body=page.service_worker(), status_code=200,
-                    headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"})
+    return Response(
+        body=page.service_worker(),
+        status_code=200,
+        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"},
+    )
 
 
 @app.route("/virtual-queues", methods=["GET"], authorizer=IAMAuthorizer())

@@ -3,8 +3,9 @@ a target's figures (stats), and what one pump tick did to a target."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Union
 
 from chalicelib import shop_health
 from chalicelib.target_config import TargetConfig
@@ -76,7 +77,17 @@ class FlagChanged:
 
 
 Place = Union[
-    Waiting, PreQueued, Admitted, Full, Closed, Gone, OtherEntry, SoldOut, Unknown, SwitchedOff, FlagChanged,
+    Waiting,
+    PreQueued,
+    Admitted,
+    Full,
+    Closed,
+    Gone,
+    OtherEntry,
+    SoldOut,
+    Unknown,
+    SwitchedOff,
+    FlagChanged,
 ]
 
 
@@ -135,10 +146,12 @@ class TargetTick:
 
 # How to read a script's reply, by its first element (anything else, e.g. NOT_IN_QUEUE: Gone).
 _PLACES: dict[str, Callable[[list], Place]] = {
-    "WAITING": lambda r: Waiting(seq=int(r[1]), ahead=int(r[2]), rate=float(r[3]), paused=r[4] == 1,
-                                 created=len(r) > 5 and r[5] == 1),
-    "PRE_QUEUE": lambda r: PreQueued(arrival=int(r[1]), opens_at_ms=int(r[2]) if r[2] else None,
-                                     created=len(r) > 3 and r[3] == 1),
+    "WAITING": lambda r: Waiting(
+        seq=int(r[1]), ahead=int(r[2]), rate=float(r[3]), paused=r[4] == 1, created=len(r) > 5 and r[5] == 1
+    ),
+    "PRE_QUEUE": lambda r: PreQueued(
+        arrival=int(r[1]), opens_at_ms=int(r[2]) if r[2] else None, created=len(r) > 3 and r[3] == 1
+    ),
     "ADMITTED": lambda r: Admitted(grant=r[1].split(" ")[-1], issued_now=r[2] == 1),  # '<entry number> <grant>'
     "FLAG": lambda r: FlagChanged(r[1]),
     "FULL": lambda _: Full(),

@@ -42,9 +42,10 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from chalicelib import polling
@@ -66,7 +67,7 @@ class Keyring:
     active_kid: str = ""
 
     @classmethod
-    def from_json(cls, text: str | None, active_kid: str | None) -> "Keyring":
+    def from_json(cls, text: str | None, active_kid: str | None) -> Keyring:
         if not text:
             raise ConfigError(
                 "VQ_TOKEN_KEYS is not set: give a JSON object of key id -> secret "
@@ -96,7 +97,7 @@ class Keyring:
         return cls({kid: secret.encode() for kid, secret in raw.items()}, active_kid)
 
     @classmethod
-    def from_secret(cls, text: str) -> "Keyring":
+    def from_secret(cls, text: str) -> Keyring:
         """The keyring in a Secrets Manager secret: `{"activeKid": "k2", "keys": {"k1": "...", "k2": "..."}}`,
         or flat, `{"activeKid": "k2", "k1": "...", "k2": "..."}` (every other field is a key): the shape
         CloudFormation can generate, as GenerateSecretString fills one top-level field of a template."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from chalicelib.observability import count, logger
 from chalicelib.redis_connection import REDIS_FAILURES
@@ -54,8 +55,12 @@ class Event:
     def put_events_entry(self, bus: str) -> dict[str, Any]:
         """This event as one `PutEvents` entry for `bus`."""
         return {
-            "Source": SOURCE, "DetailType": self.detail_type, "Detail": json.dumps(self.detail),
-            "Resources": [], "EventBusName": bus, "Time": self.time_ms / 1000,
+            "Source": SOURCE,
+            "DetailType": self.detail_type,
+            "Detail": json.dumps(self.detail),
+            "Resources": [],
+            "EventBusName": bus,
+            "Time": self.time_ms / 1000,
         }
 
 
@@ -104,10 +109,19 @@ class FileSink:
         self._lock = threading.Lock()
 
     def put(self, events: Sequence[Event]) -> list[bool]:
-        lines = "".join(json.dumps({
-            "id": event.detail["eventId"], "source": SOURCE, "detail-type": event.detail_type,
-            "time": iso_time(event.time_ms), "detail": event.detail,
-        }) + "\n" for event in events)
+        lines = "".join(
+            json.dumps(
+                {
+                    "id": event.detail["eventId"],
+                    "source": SOURCE,
+                    "detail-type": event.detail_type,
+                    "time": iso_time(event.time_ms),
+                    "detail": event.detail,
+                }
+            )
+            + "\n"
+            for event in events
+        )
         with self._lock, self.path.open("a") as out:
             out.write(lines)
         return [True] * len(events)
@@ -135,9 +149,12 @@ class Publisher:
     def drain(self, targets: Sequence[Target]) -> Drained:
         """One round: read up to `read_count` events of each target, send them, delete what was accepted."""
         pending = self.store.pending_events(targets, self.read_count)
-        events = [read_event(target, entry_id, dict(fields))
-                  for target, (entries, _) in pending.items() for entry_id, fields in entries]
-        chunks = [events[i:i + PUT_EVENTS_MAX_ENTRIES] for i in range(0, len(events), PUT_EVENTS_MAX_ENTRIES)]
+        events = [
+            read_event(target, entry_id, dict(fields))
+            for target, (entries, _) in pending.items()
+            for entry_id, fields in entries
+        ]
+        chunks = [events[i : i + PUT_EVENTS_MAX_ENTRIES] for i in range(0, len(events), PUT_EVENTS_MAX_ENTRIES)]
         accepted: dict[Target, list[str]] = {}
         failed = 0
         for chunk, answers in zip(chunks, self._pool.map(self._put, chunks)):
@@ -179,8 +196,13 @@ class PublisherLoop:
     (`nudge`) and every `idle_s` between, and again at once while an outbox has more than a round reads.
     """
 
-    def __init__(self, publisher: Publisher, targets: Callable[[], Sequence[Target]], should_run: Callable[[], bool],
-                 idle_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        targets: Callable[[], Sequence[Target]],
+        should_run: Callable[[], bool],
+        idle_s: float = 0.25,
+    ) -> None:
         self.publisher = publisher
         self.targets = targets
         self.should_run = should_run

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from chalicelib.flags import flag_version
 from chalicelib.observability import logger

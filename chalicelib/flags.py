@@ -22,9 +22,10 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from aws_lambda_powertools.utilities.feature_flags import FeatureFlags
 from aws_lambda_powertools.utilities.feature_flags.base import StoreProvider
@@ -89,11 +90,18 @@ class AppConfigSession(StoreProvider):
     """
 
     def __init__(
-        self, application: str, environment: str, profile: str, client: Any, poll_interval_s: int = 15,
-        clock: Callable[[], float] = time.monotonic, first_wait_s: float = 0.1,
+        self,
+        application: str,
+        environment: str,
+        profile: str,
+        client: Any,
+        poll_interval_s: int = 15,
+        clock: Callable[[], float] = time.monotonic,
+        first_wait_s: float = 0.1,
     ) -> None:
         self._identifiers = {
-            "ApplicationIdentifier": application, "EnvironmentIdentifier": environment,
+            "ApplicationIdentifier": application,
+            "EnvironmentIdentifier": environment,
             "ConfigurationProfileIdentifier": profile,
         }
         self.poll_interval_s = poll_interval_s
@@ -125,7 +133,8 @@ class AppConfigSession(StoreProvider):
         try:
             if self._token is None:
                 session = client.start_configuration_session(
-                    **self._identifiers, RequiredMinimumPollIntervalInSeconds=self.poll_interval_s,
+                    **self._identifiers,
+                    RequiredMinimumPollIntervalInSeconds=self.poll_interval_s,
                 )
                 self._token = session["InitialConfigurationToken"]
             answer = client.get_latest_configuration(ConfigurationToken=self._token)
@@ -134,8 +143,10 @@ class AppConfigSession(StoreProvider):
             self._token = None
             self._next_poll = self._clock() + self.poll_interval_s
             reason = err.response["Error"].get("Message", "") if isinstance(err, ClientError) else ""
-            logger.warning("flag configuration not refreshed; keeping the last one",
-                           extra={"error": type(err).__name__, "reason": reason[:200]})
+            logger.warning(
+                "flag configuration not refreshed; keeping the last one",
+                extra={"error": type(err).__name__, "reason": reason[:200]},
+            )
             return
         self._token = answer["NextPollConfigurationToken"]
         self._next_poll = self._clock() + max(self.poll_interval_s, answer.get("NextPollIntervalInSeconds", 0))
@@ -163,8 +174,9 @@ def _per_target(configuration: dict[str, Any]) -> bool:
     user id, a schedule or a malformed rule is evaluated per request)."""
     try:
         rules = configuration.get(FLAG, {}).get("rules") or {}
-        return all(condition.get("key") in TARGET_KEYS
-                   for rule in rules.values() for condition in rule.get("conditions") or ())
+        return all(
+            condition.get("key") in TARGET_KEYS for rule in rules.values() for condition in rule.get("conditions") or ()
+        )
     except AttributeError:
         return False
 

@@ -9,8 +9,9 @@ caller (the feature flag), which is asked only when there is no valid token, so 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from chalicelib.errors import InvalidArgument
 from chalicelib.targets import Target, parse_positive_id, parse_user_id
@@ -83,7 +84,11 @@ def caller_id(user_header: object) -> int | None:
 
 
 def check_entry(
-    signer: TokenSigner, target: Target, token_header: object, user_header: object, now: float,
+    signer: TokenSigner,
+    target: Target,
+    token_header: object,
+    user_header: object,
+    now: float,
 ) -> EntryToken | None:
     """The entry token if it is genuine, unexpired, and grants `target` to the user `user_header` names.
 

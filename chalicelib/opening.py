@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from typing import Sequence
+from collections.abc import Sequence
 
 from chalicelib.observability import logger
 from chalicelib.store import QueueStore
@@ -23,7 +23,9 @@ PLACEMENTS_PER_CALL = 1000  # bounds how long one script holds Redis
 def draw_order(seed: bytes, entrants: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     """(user id, seq) for each (user id, arrival number) entrant: the arrival numbers, dealt in the seed's order."""
     numbers = sorted(number for _, number in entrants)
-    shuffled = sorted((user for user, _ in entrants), key=lambda user: hmac.new(seed, user.encode(), hashlib.sha256).digest())
+    shuffled = sorted(
+        (user for user, _ in entrants), key=lambda user: hmac.new(seed, user.encode(), hashlib.sha256).digest()
+    )
     return list(zip(shuffled, numbers))
 
 
@@ -38,7 +40,7 @@ def open_target(store: QueueStore, target: Target, now_ms: int) -> int:
         return 0
     placements = draw_order(bytes.fromhex(seed), store.pre_queue(target))
     for start in range(0, len(placements), PLACEMENTS_PER_CALL):
-        store.place_drawn(target, placements[start:start + PLACEMENTS_PER_CALL], now_ms)
+        store.place_drawn(target, placements[start : start + PLACEMENTS_PER_CALL], now_ms)
     store.finish_draw(target, len(placements), now_ms)
     # The seed is published once it can no longer help anyone: the draw is done.
     logger.info("opening draw", extra={"target": str(target), "seed": seed, "placed": len(placements)})

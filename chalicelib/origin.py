@@ -63,7 +63,9 @@ def forward(url: str, body: bytes, headers: dict[str, str], timeout_s: float) ->
             status, text = response.status, response.read()
     except urllib.error.URLError as err:
         # urllib raises URLError only while connecting or sending: the origin never had the whole request.
-        raise OriginUnavailable("the purchase service could not be reached; try again", _timed_out(err), sent=False) from None
+        raise OriginUnavailable(
+            "the purchase service could not be reached; try again", _timed_out(err), sent=False
+        ) from None
     except (OSError, http.client.HTTPException) as err:
         raise OriginUnavailable("the purchase service did not answer; try again", _timed_out(err), sent=True) from None
     not_taken = not 200 <= status < 300 and (response.headers.get(NOT_TAKEN_HEADER) or "").strip().lower() == "true"

@@ -24,8 +24,9 @@ class OutageLedger:
     def take(self, token: EntryToken, now: float) -> bool:
         """Use `token` here; False if it was already used here. Uses whose token has expired are dropped."""
         with self._lock:
-            expired = [tid for tid, (used, _) in self._used.items()
-                       if used.expires_at + CLOCK_SKEW_MARGIN_MS / 1000 <= now]
+            expired = [
+                tid for tid, (used, _) in self._used.items() if used.expires_at + CLOCK_SKEW_MARGIN_MS / 1000 <= now
+            ]
             for tid in expired:
                 del self._used[tid]
             if token.token_id in self._used:

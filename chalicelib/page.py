@@ -18,7 +18,9 @@ SERVICE_WORKER_PATH = "/waiting-room/service-worker.js"  # its folder is its sco
 LANGUAGES = ("en", "ko")
 DEFAULT_LANGUAGE = "en"  # for a browser that names neither: a visitor from abroad reads English more likely
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-_LANGUAGE_RANGE = re.compile(r"\s*([A-Za-z]{1,8}|\*)(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.[0-9]{0,3})?))?\s*")
+_LANGUAGE_RANGE = re.compile(
+    r"\s*([A-Za-z]{1,8}|\*)(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.[0-9]{0,3})?))?\s*"
+)
 
 
 @functools.cache
@@ -59,7 +61,12 @@ def _script_json(value: object) -> str:
 
 
 def render(
-    target: Target, lang: str, display: dict[str, str], page_path: str, entries_path: str, purchase_path: str,
+    target: Target,
+    lang: str,
+    display: dict[str, str],
+    page_path: str,
+    entries_path: str,
+    purchase_path: str,
 ) -> str:
     """The waiting room of `target` served at `page_path` in `lang`: it queues at `entries_path` and buys at
     `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable
+from collections.abc import Callable
 
 NEAR_FRONT_MS = 1000  # the shortest advice: how soon after admission a user near the front hears of it
 SHARE_OF_ETA = 0.5  # poll again after this share of the remaining wait
@@ -44,14 +44,19 @@ def heartbeat_problem(heartbeat_timeout_s: int) -> str | None:
     """
     silent_ms = 2 * longest_interval_ms(heartbeat_timeout_s) + LATENCY_ALLOWANCE_MS
     if silent_ms > heartbeat_timeout_s * 1000:
-        return (f"a heartbeat timeout of {heartbeat_timeout_s} s would evict clients that follow pollAfterMs: "
-                f"one lost poll leaves them silent for up to {silent_ms / 1000:g} s "
-                f"(at least {math.ceil((2 * NEAR_FRONT_MS + LATENCY_ALLOWANCE_MS) / 1000)} s is needed)")
+        return (
+            f"a heartbeat timeout of {heartbeat_timeout_s} s would evict clients that follow pollAfterMs: "
+            f"one lost poll leaves them silent for up to {silent_ms / 1000:g} s "
+            f"(at least {math.ceil((2 * NEAR_FRONT_MS + LATENCY_ALLOWANCE_MS) / 1000)} s is needed)"
+        )
     return None
 
 
 def waiting_poll_after_ms(
-    eta_s: float | None, heartbeat_timeout_s: int, rand: Random = random.random, newcomer: bool = False,
+    eta_s: float | None,
+    heartbeat_timeout_s: int,
+    rand: Random = random.random,
+    newcomer: bool = False,
 ) -> int:
     """The advice for a user in line whose turn is `eta_s` away (None: unknown, e.g. while paused);
     `newcomer`: the answer that gave them their place."""

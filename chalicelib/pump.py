@@ -8,8 +8,8 @@ lock only keeps the work to one pump at a time.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from redis.exceptions import LockNotOwnedError
@@ -68,22 +68,34 @@ class Pump:
     """Ticks every `settings.tick_ms`, doing each tick's work for all registered targets while holding the pump lock."""
 
     def __init__(
-        self, store: QueueStore, settings: Settings,
-        clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+        self,
+        store: QueueStore,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
         publisher: Publisher | None = None,
     ) -> None:
         self.store = store
         # State-change events go out beside the ticks, while this pump holds the lock (chalicelib/events.py).
-        self.events = None if publisher is None else PublisherLoop(
-            publisher, lambda: list(self.store.registered_targets()), lambda: self.holding,
+        self.events = (
+            None
+            if publisher is None
+            else PublisherLoop(
+                publisher,
+                lambda: list(self.store.registered_targets()),
+                lambda: self.holding,
+            )
         )
         self.clock = clock
         self.sleep = sleep
         self.tick_ms = settings.tick_ms
         self.lease_ms = settings.pump_lease_ticks * settings.tick_ms
         self.rules = PumpRules(
-            tick_ms=settings.tick_ms, batch=settings.batch_size, catchup_ticks=settings.catchup_ticks,
-            heartbeat_timeout_ms=settings.heartbeat_timeout_s * 1000, max_evict=settings.max_evict_per_tick,
+            tick_ms=settings.tick_ms,
+            batch=settings.batch_size,
+            catchup_ticks=settings.catchup_ticks,
+            heartbeat_timeout_ms=settings.heartbeat_timeout_s * 1000,
+            max_evict=settings.max_evict_per_tick,
             idle_ttl_ms=settings.queue_idle_ttl_s * 1000,
         )
         self.lock = store.pump_lock(self.lease_ms)
@@ -115,9 +127,13 @@ class Pump:
                 if ticks is not None and done >= ticks:
                     break
                 delay_ms = self._ms_to_next_tick()
-                if ticks is None and remaining_ms is not None and (
-                    remaining_ms() - delay_ms < STOP_BEFORE_DEADLINE_MS
-                    or (self.clock() - started) * 1000 + delay_ms > RUN_WINDOW_MS
+                if (
+                    ticks is None
+                    and remaining_ms is not None
+                    and (
+                        remaining_ms() - delay_ms < STOP_BEFORE_DEADLINE_MS
+                        or (self.clock() - started) * 1000 + delay_ms > RUN_WINDOW_MS
+                    )
                 ):
                     break
                 self.sleep(delay_ms / 1000)
@@ -161,8 +177,11 @@ class Pump:
         # The alarm on a stalled pump compares the admissions made against it. A max-active cap or a pending
         # opening draw may hold a target back on purpose: those owe nothing that can be told apart from a stall.
         # A paused or sold-out target owes nothing, one following its shop's health (originSlo) what that allows.
-        rates = [r.per_tick * 1000 / r.tick_ms for r in results.values()
-                 if isinstance(r, TargetTick) and r.waiting > 0 and r.max_active is None and not r.needs_draw]
+        rates = [
+            r.per_tick * 1000 / r.tick_ms
+            for r in results.values()
+            if isinstance(r, TargetTick) and r.waiting > 0 and r.max_active is None and not r.needs_draw
+        ]
         count("TargetRatePerSec", value=sum(rates), unit=MetricUnit.CountPerSecond)
         # Wake for the shortest tick any target is configured with (idempotent ticks make extra visits free).
         self._wake_every_ms = min([self.tick_ms, *(r.tick_ms for r in results.values() if isinstance(r, TargetTick))])
@@ -225,11 +244,13 @@ class Pump:
         gauges.add_metric(name="AdmittedMark", unit=MetricUnit.Count, value=result.mark)
         gauges.add_metric(name="Admitted", unit=MetricUnit.Count, value=result.admitted)
         gauges.add_metric(name="Evicted", unit=MetricUnit.Count, value=result.evicted)
-        gauges.add_metric(name="ConfiguredRatePerSec", unit=MetricUnit.CountPerSecond,
-                          value=result.batch * 1000 / result.tick_ms)
+        gauges.add_metric(
+            name="ConfiguredRatePerSec", unit=MetricUnit.CountPerSecond, value=result.batch * 1000 / result.tick_ms
+        )
         # What the pump admits at now: 0 paused or sold out, less than configured while the shop misses its originSlo.
-        gauges.add_metric(name="EffectiveRatePerSec", unit=MetricUnit.CountPerSecond,
-                          value=result.per_tick * 1000 / result.tick_ms)
+        gauges.add_metric(
+            name="EffectiveRatePerSec", unit=MetricUnit.CountPerSecond, value=result.per_tick * 1000 / result.tick_ms
+        )
         gauges.add_metric(name="Capacity", unit=MetricUnit.Count, value=capacity)
         if result.max_active is not None:
             gauges.add_metric(name="MaxActive", unit=MetricUnit.Count, value=result.max_active)

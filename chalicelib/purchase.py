@@ -15,15 +15,21 @@ import re
 import secrets
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NoReturn
+from typing import Any, NoReturn
 
+from chalicelib.answers import Consumption
 from chalicelib.config import Settings
 from chalicelib.errors import (
-    EntryTokenUsed, InvalidArgument, OriginNotConfigured, OriginUnavailable, QueueBypassDenied, QueueUnavailable,
+    EntryTokenUsed,
+    InvalidArgument,
+    OriginNotConfigured,
+    OriginUnavailable,
+    QueueBypassDenied,
+    QueueUnavailable,
     UnknownTarget,
 )
-from chalicelib.answers import Consumption
 from chalicelib.flags import QueueSwitch
 from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
 from chalicelib.observability import count, logger
@@ -69,7 +75,11 @@ class PurchaseGate:
     """Lets a purchase through to the downstream once per entry token."""
 
     def __init__(
-        self, store: QueueStore, signer: TokenSigner, settings: Settings, switch: QueueSwitch,
+        self,
+        store: QueueStore,
+        signer: TokenSigner,
+        settings: Settings,
+        switch: QueueSwitch,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -118,7 +128,9 @@ class PurchaseGate:
             self._settle(use, not_taken=answer.not_taken)
         return answer
 
-    def _deny(self, target: Target | None, detail: str = "a valid entry token for this target and user is required") -> NoReturn:
+    def _deny(
+        self, target: Target | None, detail: str = "a valid entry token for this target and user is required"
+    ) -> NoReturn:
         # For the whole service only: the target is the caller's word, and each target would be a metric to pay for.
         count("BypassDenied")
         logger.info("purchase denied", extra={"target": str(target) if target else None})
@@ -130,7 +142,9 @@ class PurchaseGate:
             raise OriginNotConfigured(f"no downstream is configured for {target.type} purchases")
         return origin
 
-    def _forward(self, target: Target, request: PurchaseRequest, user_id: int, token: EntryToken | None) -> OriginAnswer:
+    def _forward(
+        self, target: Target, request: PurchaseRequest, user_id: int, token: EntryToken | None
+    ) -> OriginAnswer:
         headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex, "X-User-Id": str(user_id)}
         if token is not None:
             headers["Idempotency-Key"] = token.token_id
@@ -146,12 +160,16 @@ class PurchaseGate:
             raise EntryTokenUsed("this entry token has already bought once")
         try:
             consumption = self.store.consume(
-                token, consumption_id, int(now * 1000), self.settings.targets_open_on_first_use)
+                token, consumption_id, int(now * 1000), self.settings.targets_open_on_first_use
+            )
         except StoreFull as err:
             # Full is not down: without a marker there is no purchase. (Redis could not say whether the target is
             # known: counted for the whole service, as every count made without Redis.)
             count("RedisOutOfMemory")
-            logger.error("queue state is out of memory at purchase", extra={"target": str(token.target), "reason": str(err)[:200]})
+            logger.error(
+                "queue state is out of memory at purchase",
+                extra={"target": str(token.target), "reason": str(err)[:200]},
+            )
             raise QueueUnavailable(self.settings.retry_after_s) from None
         except StoreUnavailable as err:
             return self._use_unrecorded(token, consumption_id, now, err)
@@ -175,8 +193,10 @@ class PurchaseGate:
             raise EntryTokenUsed("this entry token has already bought once")
         count("PurchaseUnrecorded")
         # The token id names the purchase (it is the Idempotency-Key the shop got); the token itself is never logged.
-        logger.warning("purchase not recorded in queue state; written back when Redis answers",
-                       extra={"target": str(token.target), "token_id": token.token_id})
+        logger.warning(
+            "purchase not recorded in queue state; written back when Redis answers",
+            extra={"target": str(token.target), "token_id": token.token_id},
+        )
         return _Use(token, consumption_id, retry=False, recorded=False)
 
     def _write_back(self, now: float) -> None:

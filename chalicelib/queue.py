@@ -4,19 +4,35 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from chalicelib import polling, shop_health, waits
 from chalicelib.answers import (
-    Admitted, Closed, FlagChanged, Full, OtherEntry, Place, PreQueued, SoldOut, SwitchedOff, Unknown, Waiting,
+    Admitted,
+    Closed,
+    FlagChanged,
+    Full,
+    OtherEntry,
+    Place,
+    PreQueued,
+    SoldOut,
+    SwitchedOff,
+    Unknown,
+    Waiting,
 )
 from chalicelib.config import Settings
 from chalicelib.errors import (
-    InvalidQueueTicket, NotInQueue, QueueClosed, QueueFull, QueueSoldOut, QueueUnavailable, UnknownTarget,
+    InvalidQueueTicket,
+    NotInQueue,
+    QueueClosed,
+    QueueFull,
+    QueueSoldOut,
+    QueueUnavailable,
+    UnknownTarget,
 )
 from chalicelib.flags import Decision, QueueSwitch
 from chalicelib.observability import count, logger
@@ -59,7 +75,7 @@ class QueueEntry:
             body["pollAfterMs"] = self.poll_after_ms
         if self.entry_token is not None:
             body["entryToken"] = self.entry_token.text
-            expires = datetime.fromtimestamp(self.entry_token.expires_at, timezone.utc)
+            expires = datetime.fromtimestamp(self.entry_token.expires_at, UTC)
             body["tokenExpiresAt"] = expires.isoformat().replace("+00:00", "Z")
         if self.queue_ticket is not None:
             body["queueTicket"] = self.queue_ticket
@@ -74,7 +90,11 @@ class WaitingRoom:
     """
 
     def __init__(
-        self, store: QueueStore, signer: TokenSigner, settings: Settings, switch: QueueSwitch,
+        self,
+        store: QueueStore,
+        signer: TokenSigner,
+        settings: Settings,
+        switch: QueueSwitch,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -83,8 +103,11 @@ class WaitingRoom:
         self.switch = switch
         self.clock = clock
         self.defaults = Defaults(
-            max_waiting=settings.max_waiting, batch=settings.batch_size, tick_ms=settings.tick_ms,
-            idle_ttl_ms=settings.queue_idle_ttl_s * 1000, open_on_first_use=settings.targets_open_on_first_use,
+            max_waiting=settings.max_waiting,
+            batch=settings.batch_size,
+            tick_ms=settings.tick_ms,
+            idle_ttl_ms=settings.queue_idle_ttl_s * 1000,
+            open_on_first_use=settings.targets_open_on_first_use,
         )
 
     def enter(self, target: Target, user_id: int) -> QueueEntry:
@@ -92,9 +115,18 @@ class WaitingRoom:
         now = self.clock()
         grant = self._grant(now)
         try:
-            place = self._switched(target, user_id, lambda decision: self.store.enter(
-                target, user_id, int(now * 1000), grant, self.defaults, decision,
-            ))
+            place = self._switched(
+                target,
+                user_id,
+                lambda decision: self.store.enter(
+                    target,
+                    user_id,
+                    int(now * 1000),
+                    grant,
+                    self.defaults,
+                    decision,
+                ),
+            )
         except StoreFull as err:
             raise self._full(target, err) from None
         except StoreUnavailable as err:
@@ -121,9 +153,19 @@ class WaitingRoom:
         now = self.clock()
         grant = self._grant(now)
         try:
-            place = self._switched(target, user_id, lambda decision: self.store.status(
-                target, user_id, int(now * 1000), grant, ticket, self.defaults, decision,
-            ))
+            place = self._switched(
+                target,
+                user_id,
+                lambda decision: self.store.status(
+                    target,
+                    user_id,
+                    int(now * 1000),
+                    grant,
+                    ticket,
+                    self.defaults,
+                    decision,
+                ),
+            )
         except StoreFull as err:
             raise self._full(target, err) from None
         except StoreUnavailable as err:
@@ -178,8 +220,11 @@ class WaitingRoom:
         if figures.draw.get("state") == "done":
             # Published once the draw is over, so anyone can check the order it dealt.
             draw = figures.draw
-            body["openingDraw"] = {"seed": draw["seed"], "placed": int(draw["placed"]),
-                                   "drawnAt": iso_time(int(draw["drawn_at_ms"]))}
+            body["openingDraw"] = {
+                "seed": draw["seed"],
+                "placed": int(draw["placed"]),
+                "drawnAt": iso_time(int(draw["drawn_at_ms"])),
+            }
         return body
 
     def config(self, target: Target) -> dict:
@@ -220,7 +265,10 @@ class WaitingRoom:
     def _effective(self, own: TargetConfig) -> dict:
         # Own fields over the defaults; fields without a default (times, caps, display) as the target has them.
         return replace(
-            own, batch=self._batch(own), tick_ms=self._tick_ms(own), max_waiting=own.max_waiting or self.defaults.max_waiting,
+            own,
+            batch=self._batch(own),
+            tick_ms=self._tick_ms(own),
+            max_waiting=own.max_waiting or self.defaults.max_waiting,
         ).to_body(all_flags=True)
 
     def _batch(self, own: TargetConfig) -> int:
@@ -315,14 +363,20 @@ class WaitingRoom:
             # Paused, the line does not move: no time can be promised.
             eta = place.ahead / place.rate if place.rate > 0 and not place.paused else None
             return QueueEntry(
-                "WAITING", ahead_count=place.ahead, position=place.ahead + 1,
-                eta_seconds=None if eta is None else math.ceil(eta), paused=place.paused,
+                "WAITING",
+                ahead_count=place.ahead,
+                position=place.ahead + 1,
+                eta_seconds=None if eta is None else math.ceil(eta),
+                paused=place.paused,
                 poll_after_ms=polling.waiting_poll_after_ms(eta, heartbeat_s, newcomer=place.created),
             )
         if isinstance(place, PreQueued):
             opens_in_ms = None if place.opens_at_ms is None else place.opens_at_ms - int(now * 1000)
-            return QueueEntry("PRE_QUEUE", opens_at_ms=place.opens_at_ms,
-                              poll_after_ms=polling.pre_queue_poll_after_ms(opens_in_ms, heartbeat_s))
+            return QueueEntry(
+                "PRE_QUEUE",
+                opens_at_ms=place.opens_at_ms,
+                poll_after_ms=polling.pre_queue_poll_after_ms(opens_in_ms, heartbeat_s),
+            )
         if isinstance(place, SoldOut):
             return QueueEntry("SOLD_OUT")
         if isinstance(place, Unknown):

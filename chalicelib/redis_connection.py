@@ -4,7 +4,8 @@ timeouts, and what a failing Redis means to the queue (StoreUnavailable, StoreFu
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, TypeVar, Union, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, Union, cast
 
 import pybreaker
 import redis

@@ -8,7 +8,7 @@ with its next invocation, so a refresh may finish one request late: it is never 
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 class BackgroundRefresh:

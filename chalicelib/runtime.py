@@ -40,7 +40,11 @@ def switch() -> QueueSwitch:
     if s.appconfig is not None:
         application, environment, profile = s.appconfig
         source = AppConfigSession(
-            application, environment, profile, aws.client("appconfigdata"), poll_interval_s=s.flag_poll_s,
+            application,
+            environment,
+            profile,
+            aws.client("appconfigdata"),
+            poll_interval_s=s.flag_poll_s,
         )
     else:
         source = JsonFileStore(s.flags_file)
@@ -51,7 +55,9 @@ def deployed_flag() -> dict:
     """The flag configuration AppConfig serves now, read by a session of its own (flag_sync, on a rollback)."""
     if settings().appconfig is None:
         raise ConfigError("VQ_APPCONFIG_* is not set: there is no deployed flag to read")
-    session = AppConfigSession(*settings().appconfig, aws.client("appconfigdata"), poll_interval_s=settings().flag_poll_s)
+    session = AppConfigSession(
+        *settings().appconfig, aws.client("appconfigdata"), poll_interval_s=settings().flag_poll_s
+    )
     session.poll()
     return session.get_configuration()
 
@@ -64,10 +70,15 @@ def store() -> QueueStore:
     if settings().redis_auth_secret_id:
         url = redis_url_with_auth(url, settings().redis_auth_secret_id)
     breaker = Breaker(
-        fail_max=settings().breaker_failures, reset_timeout=settings().breaker_cooldown_ms / 1000,
+        fail_max=settings().breaker_failures,
+        reset_timeout=settings().breaker_cooldown_ms / 1000,
     )
-    return QueueStore(connect(url, cluster=settings().redis_cluster), settings().key_prefix, breaker,
-                      outbox_cap=settings().events_cap if settings().events_on else 0)
+    return QueueStore(
+        connect(url, cluster=settings().redis_cluster),
+        settings().key_prefix,
+        breaker,
+        outbox_cap=settings().events_cap if settings().events_on else 0,
+    )
 
 
 @functools.cache

@@ -87,7 +87,7 @@ class Purchase:
         return self.sent_ms, self.latency_ms, int(self.ok)
 
     @classmethod
-    def parse(cls, text: str) -> "Purchase | None":
+    def parse(cls, text: str) -> Purchase | None:
         parts = text.split(":")
         if len(parts) != 3 or not all(part.isdigit() for part in parts):
             return None

@@ -5,7 +5,7 @@ the shop answered) for the pump to follow the shop's health (shop_health.py), an
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from chalicelib.errors import OriginUnavailable
 from chalicelib.observability import count, logger
@@ -24,7 +24,9 @@ class ShopWatch:
         self.store = store
         self.clock = clock
 
-    def forward(self, target: Target, call: Callable[[], OriginAnswer], token: EntryToken | None = None) -> OriginAnswer:
+    def forward(
+        self, target: Target, call: Callable[[], OriginAnswer], token: EntryToken | None = None
+    ) -> OriginAnswer:
         """Run `call` (the POST to the shop with entry `token`, if any), note how it went (a PurchaseCompleted or
         PurchaseFailed event with a token), and answer (or raise) what the shop did."""
         sent = self.clock()
@@ -33,12 +35,27 @@ class ShopWatch:
         except OriginUnavailable:
             self._note(target, sent, ok=False, accepted=False, sold_out=False, token=token, status=0)
             raise
-        self._note(target, sent, ok=answer.status < 500, accepted=200 <= answer.status < 300, sold_out=answer.sold_out,
-                   token=token, status=answer.status)
+        self._note(
+            target,
+            sent,
+            ok=answer.status < 500,
+            accepted=200 <= answer.status < 300,
+            sold_out=answer.sold_out,
+            token=token,
+            status=answer.status,
+        )
         return answer
 
-    def _note(self, target: Target, sent: float, ok: bool, accepted: bool, sold_out: bool,
-              token: EntryToken | None, status: int) -> None:
+    def _note(
+        self,
+        target: Target,
+        sent: float,
+        ok: bool,
+        accepted: bool,
+        sold_out: bool,
+        token: EntryToken | None,
+        status: int,
+    ) -> None:
         purchase = Purchase(int(sent * 1000), max(0, round((self.clock() - sent) * 1000)), ok)
         try:
             noted = self.store.observe_purchase(target, purchase, accepted, sold_out, token, status)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import pybreaker
 import redis
@@ -70,7 +70,10 @@ class QueueStore:
     """Queue state of every target, in one Redis (or Redis Cluster)."""
 
     def __init__(
-        self, client: RedisClient, prefix: str, breaker: pybreaker.CircuitBreaker | None = None,
+        self,
+        client: RedisClient,
+        prefix: str,
+        breaker: pybreaker.CircuitBreaker | None = None,
         outbox_cap: int = 0,
     ) -> None:
         self.client = client
@@ -86,7 +89,8 @@ class QueueStore:
         # A target's key names, built once rather than on every call (a poll would build 18 names to send 10).
         # Bounded: a request can name any target id.
         self.keys: Callable[[Target], QueueKeys] = functools.lru_cache(maxsize=4096)(
-            functools.partial(QueueKeys, prefix))
+            functools.partial(QueueKeys, prefix)
+        )
         self._enter = load_script(client, "enter")
         self._status = load_script(client, "status")
         self._leave = load_script(client, "leave")
@@ -104,7 +108,12 @@ class QueueStore:
         self._adjust_rate = load_script(client, "adjust_rate")
 
     def enter(
-        self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, defaults: Defaults,
+        self,
+        target: Target,
+        user_id: int,
+        now_ms: int,
+        grant: EntryGrant,
+        defaults: Defaults,
         decision: Decision = QUEUED,
     ) -> Place:
         """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
@@ -112,18 +121,46 @@ class QueueStore:
         k = self.keys(target)
         reply = self._guarded(
             self._enter,
-            [k.waiting, k.heartbeat, k.seq, k.mark, k.token(user_id), k.registered, k.stats, k.config, k.prequeue,
-             k.draw, k.active],
-            [user_id, now_ms, defaults.max_waiting, defaults.idle_ttl_ms, grant.text,
-             grant.expires_at * 1000 - now_ms, grant.expires_at * 1000, REGISTRATION_REFRESH_MS,
-             defaults.batch, defaults.tick_ms, int(defaults.open_on_first_use), *_switch_args(decision)],
+            [
+                k.waiting,
+                k.heartbeat,
+                k.seq,
+                k.mark,
+                k.token(user_id),
+                k.registered,
+                k.stats,
+                k.config,
+                k.prequeue,
+                k.draw,
+                k.active,
+            ],
+            [
+                user_id,
+                now_ms,
+                defaults.max_waiting,
+                defaults.idle_ttl_ms,
+                grant.text,
+                grant.expires_at * 1000 - now_ms,
+                grant.expires_at * 1000,
+                REGISTRATION_REFRESH_MS,
+                defaults.batch,
+                defaults.tick_ms,
+                int(defaults.open_on_first_use),
+                *_switch_args(decision),
+            ],
         )
         if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
             self._register(target, defaults.idle_ttl_ms)
         return place_of(reply)
 
     def status(
-        self, target: Target, user_id: int, now_ms: int, grant: EntryGrant, ticket: QueueTicket, defaults: Defaults,
+        self,
+        target: Target,
+        user_id: int,
+        now_ms: int,
+        grant: EntryGrant,
+        ticket: QueueTicket,
+        defaults: Defaults,
         decision: Decision = QUEUED,
     ) -> Place:
         """Where the entry `ticket` names stands; refreshes its heartbeat, and admits it (with `grant`) if the mark
@@ -133,14 +170,37 @@ class QueueStore:
         """
         k = self.keys(target)
         wait_ms = max(0, now_ms - ticket.entered_at_ms)
-        return place_of(self._guarded(
-            self._status,
-            [k.waiting, k.heartbeat, k.mark, k.token(user_id), k.stats, k.waits, k.config, k.prequeue, k.active,
-             k.draw],
-            [user_id, now_ms, grant.text, grant.expires_at * 1000 - now_ms, grant.expires_at * 1000,
-             wait_ms, waits.bucket_of(wait_ms / 1000), defaults.batch, defaults.tick_ms, ticket.seq, defaults.idle_ttl_ms,
-             *_switch_args(decision)],
-        ))
+        return place_of(
+            self._guarded(
+                self._status,
+                [
+                    k.waiting,
+                    k.heartbeat,
+                    k.mark,
+                    k.token(user_id),
+                    k.stats,
+                    k.waits,
+                    k.config,
+                    k.prequeue,
+                    k.active,
+                    k.draw,
+                ],
+                [
+                    user_id,
+                    now_ms,
+                    grant.text,
+                    grant.expires_at * 1000 - now_ms,
+                    grant.expires_at * 1000,
+                    wait_ms,
+                    waits.bucket_of(wait_ms / 1000),
+                    defaults.batch,
+                    defaults.tick_ms,
+                    ticket.seq,
+                    defaults.idle_ttl_ms,
+                    *_switch_args(decision),
+                ],
+            )
+        )
 
     def leave(self, target: Target, user_id: int, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
         """Take `user_id`'s entry numbered `entry` (its ticket's seq) out of line (or the pre-queue), revoking an
@@ -160,7 +220,8 @@ class QueueStore:
         k = self.keys(token.target)
         ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
         return self._guarded(
-            self._consume, [k.consumed(token.token_id), k.active, k.revoked, k.config],
+            self._consume,
+            [k.consumed(token.token_id), k.active, k.revoked, k.config],
             [consumption_id, ttl_ms, token.user_id, token.token_id, int(open_on_first_use)],
         )
 
@@ -176,10 +237,13 @@ class QueueStore:
 
     def _settle(self, token: EntryToken, consumption_id: str, outcome: str) -> bool:
         k = self.keys(token.target)
-        return bool(self._guarded(
-            self._restore, [k.consumed(token.token_id), k.active, k.events, k.stats],
-            [consumption_id, token.user_id, token.expires_at * 1000, outcome, token.token_id, *self.outbox],
-        ))
+        return bool(
+            self._guarded(
+                self._restore,
+                [k.consumed(token.token_id), k.active, k.events, k.stats],
+                [consumption_id, token.user_id, token.expires_at * 1000, outcome, token.token_id, *self.outbox],
+            )
+        )
 
     def write_back(self, used: Sequence[tuple[EntryToken, bool]], now_ms: int) -> None:
         """Record purchases made while Redis was unreachable: each (token, outcome known) becomes a one-time
@@ -206,13 +270,20 @@ class QueueStore:
         fields, config, health = _pairs(fields), _pairs(config), _pairs(health)
         counters = {name: int(value) for name, value in fields.items() if name != "rate"}
         return QueueFigures(
-            waiting=waiting, pre_queued=pre_queued, active=active,
-            admitted=counters.get("admitted", 0), left=counters.get("left", 0),
-            evicted=counters.get("evicted", 0), wait_ms=counters.get("wait_ms", 0),
+            waiting=waiting,
+            pre_queued=pre_queued,
+            active=active,
+            admitted=counters.get("admitted", 0),
+            left=counters.get("left", 0),
+            evicted=counters.get("evicted", 0),
+            wait_ms=counters.get("wait_ms", 0),
             wait_histogram={int(b): int(n) for b, n in _pairs(histogram).items()},
             measured_rate=float(fields["rate"]) if "rate" in fields else None,
-            config=TargetConfig.from_redis(config), draw=_pairs(draw), known=KNOWN_SINCE in config,
-            sold_out_released=counters.get("sold_out_released", 0), orders=counters.get("orders", 0),
+            config=TargetConfig.from_redis(config),
+            draw=_pairs(draw),
+            known=KNOWN_SINCE in config,
+            sold_out_released=counters.get("sold_out_released", 0),
+            orders=counters.get("orders", 0),
             allowed_batch=float(health["batch"]) if "batch" in health else None,
             purchases=[p for p in map(shop_health.Purchase.parse, purchases) if p is not None],
         )
@@ -237,18 +308,33 @@ class QueueStore:
             self._register(target, OUTBOX_TTL_MS)
 
     def observe_purchase(
-        self, target: Target, purchase: shop_health.Purchase, accepted: bool, sold_out: bool,
-        token: EntryToken | None = None, status: int = 0,
+        self,
+        target: Target,
+        purchase: shop_health.Purchase,
+        accepted: bool,
+        sold_out: bool,
+        token: EntryToken | None = None,
+        status: int = 0,
     ) -> int:
         """Note a forwarded purchase's latency and outcome (the shop's `status`, 0 for no answer), and report it
         as an event when it used entry `token`; the shop's word that stock ran out marks the target sold out.
         0: unknown target (nothing written), 1: noted, 2: noted, and now sold out."""
         k = self.keys(target)
         noted, register = self._guarded(
-            self._observe_purchase, [k.config, k.purchases, k.stats, k.events, k.registered],
-            [*purchase.to_redis(), int(accepted), int(sold_out), shop_health.MAX_PURCHASES,
-             shop_health.PURCHASES_TTL_MS, token.token_id if token else "", token.user_id if token else "", status,
-             *self.outbox, REGISTRATION_REFRESH_MS],
+            self._observe_purchase,
+            [k.config, k.purchases, k.stats, k.events, k.registered],
+            [
+                *purchase.to_redis(),
+                int(accepted),
+                int(sold_out),
+                shop_health.MAX_PURCHASES,
+                shop_health.PURCHASES_TTL_MS,
+                token.token_id if token else "",
+                token.user_id if token else "",
+                status,
+                *self.outbox,
+                REGISTRATION_REFRESH_MS,
+            ],
         )
         if register:
             self._register(target, OUTBOX_TTL_MS)
@@ -281,8 +367,10 @@ class QueueStore:
 
     def pre_queue(self, target: Target) -> list[tuple[str, int]]:
         """Everyone waiting for the opening, as (user id, arrival number)."""
-        return [(user, int(number)) for user, number in
-                self.client.zrange(self.keys(target).prequeue, 0, -1, withscores=True)]
+        return [
+            (user, int(number))
+            for user, number in self.client.zrange(self.keys(target).prequeue, 0, -1, withscores=True)
+        ]
 
     def place_drawn(self, target: Target, placements: Sequence[tuple[str, int]], now_ms: int) -> None:
         """Put drawn users in line at their dealt seqs (users who left the pre-queue meanwhile stay out)."""
@@ -375,21 +463,43 @@ class QueueStore:
         calls = []
         for target in targets:
             k = self.keys(target)
-            calls.append((
-                self._evict, [k.waiting, k.heartbeat, k.registered, k.stats, k.prequeue, k.events],
-                [rules.heartbeat_timeout_ms, rules.max_evict, *self.outbox],
-            ))
+            calls.append(
+                (
+                    self._evict,
+                    [k.waiting, k.heartbeat, k.registered, k.stats, k.prequeue, k.events],
+                    [rules.heartbeat_timeout_ms, rules.max_evict, *self.outbox],
+                )
+            )
             # Before admitting: this tick admits at the rate the shop's health allows (a no-op without originSlo).
-            calls.append((
-                self._adjust_rate, [k.config, k.health, k.purchases],
-                [rules.tick_ms, rules.batch, rules.idle_ttl_ms, *rules.following.to_redis()],
-            ))
-            calls.append((
-                self._admit,
-                [k.waiting, k.heartbeat, k.seq, k.mark, k.tick, k.stats, k.waits, k.admissions, k.config,
-                 k.prequeue, k.draw, k.active, k.health, k.events],
-                [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms, *self.outbox],
-            ))
+            calls.append(
+                (
+                    self._adjust_rate,
+                    [k.config, k.health, k.purchases],
+                    [rules.tick_ms, rules.batch, rules.idle_ttl_ms, *rules.following.to_redis()],
+                )
+            )
+            calls.append(
+                (
+                    self._admit,
+                    [
+                        k.waiting,
+                        k.heartbeat,
+                        k.seq,
+                        k.mark,
+                        k.tick,
+                        k.stats,
+                        k.waits,
+                        k.admissions,
+                        k.config,
+                        k.prequeue,
+                        k.draw,
+                        k.active,
+                        k.health,
+                        k.events,
+                    ],
+                    [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms, *self.outbox],
+                )
+            )
         replies = run_pipelined(self.client, calls)
         results: dict[Target, TargetTick | Exception] = {}
         for target, evicted, adjusted, admitted in zip(targets, replies[0::3], replies[1::3], replies[2::3]):
@@ -397,14 +507,37 @@ class QueueStore:
             if error is not None:
                 results[target] = error
                 continue
-            (tick, count, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active,
-             paused, sold_out, per_tick) = admitted
+            (
+                tick,
+                count,
+                mark,
+                waiting,
+                server_ms,
+                needs_draw,
+                tick_ms,
+                batch,
+                max_waiting,
+                max_active,
+                paused,
+                sold_out,
+                per_tick,
+            ) = admitted
             results[target] = TargetTick(
-                applied_tick=tick or None, admitted=count, mark=mark, waiting=waiting,
-                evicted=evicted[0], idle=evicted[1] == 1, server_ms=server_ms,
-                needs_draw=needs_draw == 1, tick_ms=tick_ms, batch=batch,
-                max_waiting=max_waiting or None, max_active=max_active or None,
-                paused=paused == 1, sold_out=sold_out == 1, per_tick=float(per_tick),
+                applied_tick=tick or None,
+                admitted=count,
+                mark=mark,
+                waiting=waiting,
+                evicted=evicted[0],
+                idle=evicted[1] == 1,
+                server_ms=server_ms,
+                needs_draw=needs_draw == 1,
+                tick_ms=tick_ms,
+                batch=batch,
+                max_waiting=max_waiting or None,
+                max_active=max_active or None,
+                paused=paused == 1,
+                sold_out=sold_out == 1,
+                per_tick=float(per_tick),
             )
         return results
 
@@ -412,6 +545,7 @@ class QueueStore:
         """Drop idle targets from the registry, each only if it was not registered again since `nonces` was read."""
         calls = [(self._forget_target, [self.targets_key], [str(target), nonce]) for target, nonce in nonces.items()]
         return [target for target, gone in zip(nonces, run_pipelined(self.client, calls)) if gone == 1]
+
 
 def _switch_args(decision: Decision) -> list:
     """The scripts' last two arguments: the flag version the caller decided by, and its decision."""

@@ -16,7 +16,7 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from chalicelib.errors import InvalidArgument
@@ -36,7 +36,7 @@ _FLAGS = {"paused": "paused", "soldOut": "sold_out"}
 # originSlo's fields: API name -> (Redis field, type, lowest, highest).
 _SLO = {"p95Ms": ("slo_p95_ms", int, 1, 60_000), "errorRate": ("slo_error_rate", float, 0.0, 1.0)}
 _ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})")
-_EARLIEST, _LATEST = datetime(2000, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
+_EARLIEST, _LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class TargetConfig:
         return stored
 
     @classmethod
-    def from_redis(cls, stored: dict[str, str]) -> "TargetConfig":
+    def from_redis(cls, stored: dict[str, str]) -> TargetConfig:
         def read(name: str, text: str) -> int | float | bool | str:
             if name in _FLAGS.values():
                 return text == "1"
@@ -97,7 +97,11 @@ class TargetConfig:
         for api_name, name in _FLAGS.items():
             if all_flags or getattr(self, name):
                 body[api_name] = getattr(self, name)
-        slo = {api_name: getattr(self, name) for api_name, (name, _, _, _) in _SLO.items() if getattr(self, name) is not None}
+        slo = {
+            api_name: getattr(self, name)
+            for api_name, (name, _, _, _) in _SLO.items()
+            if getattr(self, name) is not None
+        }
         if slo:
             body["originSlo"] = slo
         return body | self.display()
@@ -105,7 +109,7 @@ class TargetConfig:
 
 def iso_time(epoch_ms: int) -> str:
     """`epoch_ms` as ISO-8601 UTC with milliseconds, e.g. 2026-12-01T11:00:00.000Z."""
-    return datetime.fromtimestamp(epoch_ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_config(raw_body: bytes | None) -> TargetConfig:
@@ -152,7 +156,9 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
 
 def _origin_slo(slo: object) -> dict[str, int | float]:
     if not isinstance(slo, dict) or not slo or set(slo) - set(_SLO):
-        raise InvalidArgument('originSlo must be an object with p95Ms and/or errorRate, e.g. {"p95Ms": 800, "errorRate": 0.05}')
+        raise InvalidArgument(
+            'originSlo must be an object with p95Ms and/or errorRate, e.g. {"p95Ms": 800, "errorRate": 0.05}'
+        )
     values: dict[str, int | float] = {}
     for api_name, (name, kind, lowest, highest) in _SLO.items():
         if api_name in slo:
@@ -189,7 +195,11 @@ def _display_name(value: object) -> str:
 def _image_url(value: object) -> str:
     longest = _TEXTS["imageUrl"][1]
     # The characters RFC 3986 allows in a URL (percent-encode the rest), without quotes; https, a host, no credentials.
-    if not isinstance(value, str) or len(value) > longest or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+", value):
+    if (
+        not isinstance(value, str)
+        or len(value) > longest
+        or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+", value)
+    ):
         raise InvalidArgument(f"imageUrl must be an https URL of at most {longest} URL characters")
     try:
         parts = urlsplit(value)

@@ -14,8 +14,9 @@ import hmac
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Match, Pattern
+from re import Match, Pattern
 
 from chalicelib.config import ConfigError, Keyring
 from chalicelib.observability import logger
@@ -25,7 +26,13 @@ from chalicelib.targets import Target
 # A token is ~150 characters; refuse anything much longer before doing any work on it.
 MAX_TOKEN_CHARS = 512
 _ID = r"[1-9][0-9]{0,17}"
-_HEAD = r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>limited-drop|ticketing-event)\|(?P<target>" + _ID + r")\|(?P<user>" + _ID + r")"
+_HEAD = (
+    r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>limited-drop|ticketing-event)\|(?P<target>"
+    + _ID
+    + r")\|(?P<user>"
+    + _ID
+    + r")"
+)
 _ENTRY_PAYLOAD = re.compile(r"et1\|" + _HEAD + r"\|(?P<exp>[1-9][0-9]{0,11})\|(?P<tid>[A-Za-z0-9_-]{22})")
 _GRANT = re.compile(r"(?P<exp>[1-9][0-9]{0,11})\.(?P<tid>[A-Za-z0-9_-]{22})")
 _TICKET_PAYLOAD = re.compile(r"qt1\|" + _HEAD + r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})")
@@ -102,7 +109,10 @@ class TokenSigner:
     """
 
     def __init__(
-        self, keyring: Keyring, refresh: Callable[[], Keyring] | None = None, max_age_s: float = 300,
+        self,
+        keyring: Keyring,
+        refresh: Callable[[], Keyring] | None = None,
+        max_age_s: float = 300,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._keyring = keyring
@@ -147,8 +157,11 @@ class TokenSigner:
         if fields is None or int(fields["exp"]) <= now:
             return None
         return EntryToken(
-            str(text), Target(fields["type"], int(fields["target"])), int(fields["user"]),
-            int(fields["exp"]), fields["tid"],
+            str(text),
+            Target(fields["type"], int(fields["target"])),
+            int(fields["user"]),
+            int(fields["exp"]),
+            fields["tid"],
         )
 
     def issue_ticket(self, target: Target, user_id: int, seq: int, entered_at_ms: int) -> QueueTicket:
@@ -161,8 +174,11 @@ class TokenSigner:
         if fields is None:
             return None
         return QueueTicket(
-            str(text), Target(fields["type"], int(fields["target"])), int(fields["user"]),
-            int(fields["seq"]), int(fields["at"]),
+            str(text),
+            Target(fields["type"], int(fields["target"])),
+            int(fields["user"]),
+            int(fields["seq"]),
+            int(fields["at"]),
         )
 
     def _seal(self, kind: str, *fields: object) -> str:

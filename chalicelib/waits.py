@@ -7,7 +7,7 @@ bucket also holds everything longer (about 25 hours and up).
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 GROWTH = 1.1
 LAST_BUCKET = 100
@@ -23,7 +23,7 @@ def bounds(bucket: int) -> tuple[float, float]:
     """The waits (seconds) a bucket holds: [low, high)."""
     if bucket == 0:
         return 0.0, 1.0
-    return GROWTH ** (bucket - 1), GROWTH ** bucket
+    return GROWTH ** (bucket - 1), GROWTH**bucket
 
 
 def percentile(counts: Mapping[int, int], q: float) -> float | None:

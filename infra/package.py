@@ -26,8 +26,19 @@ from pathlib import Path
 import yaml
 
 INFRA = Path(__file__).resolve().parent
-PIECES = ("settings", "capacity", "network", "cache", "secrets", "appconfig", "authorizer", "pump", "events", "logs",
-          "observability")
+PIECES = (
+    "settings",
+    "capacity",
+    "network",
+    "cache",
+    "secrets",
+    "appconfig",
+    "authorizer",
+    "pump",
+    "events",
+    "logs",
+    "observability",
+)
 RUNTIME = "python3.11"  # the functions' runtime (Chalice takes it from this interpreter): the bytecode's too
 
 
@@ -68,7 +79,9 @@ def package(out: Path, stage: str = "prod") -> Path:
     env = {"AWS_DEFAULT_REGION": "us-east-1", **os.environ}
     subprocess.run(
         [str(chalice), "package", "--stage", stage, "--merge-template", str(merge_file), str(out)],
-        cwd=INFRA.parent, env=env, check=True,
+        cwd=INFRA.parent,
+        env=env,
+        check=True,
     )
     template = out / "sam.json"
     template.write_text(json.dumps(call_api_alias(json.loads(template.read_text())), indent=2) + "\n")
@@ -81,10 +94,20 @@ def call_api_alias(template: dict) -> dict:
     concurrency lives, instead of its unqualified ARN. Chalice writes each route's URI itself, so it is
     rewritten here rather than repeated route by route in a template piece. (SAM resolves `Ref` to the alias,
     not `${APIHandler.Alias}` inside a `Fn::Sub`.)"""
-    alias_uri = {"Fn::Join": ["", [
-        "arn:", {"Ref": "AWS::Partition"}, ":apigateway:", {"Ref": "AWS::Region"},
-        ":lambda:path/2015-03-31/functions/", {"Ref": "APIHandler.Alias"}, "/invocations",
-    ]]}
+    alias_uri = {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":apigateway:",
+                {"Ref": "AWS::Region"},
+                ":lambda:path/2015-03-31/functions/",
+                {"Ref": "APIHandler.Alias"},
+                "/invocations",
+            ],
+        ]
+    }
     for operations in template["Resources"]["RestAPI"]["Properties"]["DefinitionBody"]["paths"].values():
         for operation in operations.values():
             integration = operation.get("x-amazon-apigateway-integration", {})
@@ -103,15 +126,17 @@ def add_bytecode(zip_path: Path) -> int:
     if f"python{sys.version_info.major}.{sys.version_info.minor}" != RUNTIME:
         raise SystemExit(f"bytecode for {RUNTIME} needs that Python; this is {sys.version.split()[0]}")
     rebuilt = zip_path.with_suffix(".tmp")
-    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(zip_path) as source, \
-            zipfile.ZipFile(rebuilt, "w", zipfile.ZIP_DEFLATED) as target:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        zipfile.ZipFile(zip_path) as source,
+        zipfile.ZipFile(rebuilt, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
         for info in source.infolist():
             if not info.filename.endswith(".pyc"):
                 target.writestr(info, source.read(info))
         sources = [name for name in source.namelist() if name.endswith(".py")]
         source.extractall(tmp, members=sources)
-        compileall.compile_dir(tmp, quiet=2, workers=0,
-                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        compileall.compile_dir(tmp, quiet=2, workers=0, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
         compiled = sorted(Path(tmp).rglob("*.pyc"))
         for pyc in compiled:
             info = zipfile.ZipInfo(pyc.relative_to(tmp).as_posix(), date_time=(2020, 1, 1, 0, 0, 0))

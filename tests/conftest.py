@@ -12,16 +12,18 @@ import pytest
 TEST_KEYS = {"k1": "test-secret-k1-0123456789abcdefghijklmnop", "k0": "test-secret-k0-0123456789abcdefghijklmnop"}
 
 # The app refuses to import without signing keys; these are the test run's own.
-os.environ.update({
-    "VQ_TOKEN_KEYS": json.dumps(TEST_KEYS),
-    "VQ_TOKEN_ACTIVE_KID": "k1",
-    "VQ_KEY_PREFIX": f"vqtest-{uuid.uuid4().hex[:8]}",
-    "POWERTOOLS_TRACE_DISABLED": "1",
-    # As in `make run`: a first enter opens a target (tests of known targets switch it off).
-    "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",
-    "POWERTOOLS_METRICS_NAMESPACE": "VirtualQueue",
-    "AWS_DEFAULT_REGION": "us-east-1",
-})
+os.environ.update(
+    {
+        "VQ_TOKEN_KEYS": json.dumps(TEST_KEYS),
+        "VQ_TOKEN_ACTIVE_KID": "k1",
+        "VQ_KEY_PREFIX": f"vqtest-{uuid.uuid4().hex[:8]}",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        # As in `make run`: a first enter opens a target (tests of known targets switch it off).
+        "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",
+        "POWERTOOLS_METRICS_NAMESPACE": "VirtualQueue",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+)
 
 from chalicelib import runtime  # noqa: E402  (needs the environment above)
 from chalicelib.config import load_settings  # noqa: E402
@@ -34,7 +36,8 @@ from tests.support.redis_servers import OwnRedis, ValkeyCluster  # noqa: E402
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--redis-cluster", action="store_true",
+        "--redis-cluster",
+        action="store_true",
         help="run the Redis tests against a 3-node Valkey cluster started on loopback, through RedisCluster",
     )
 

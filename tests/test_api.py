@@ -12,7 +12,24 @@ from chalicelib import runtime
 
 BASE = "/virtual-queues/limited-drop/42/entries"
 
-BAD_IDS = ["0", "-1", "+7", " 42", "42 ", "1_000", "١٢", "1e3", "0x10", "1.0", "٤٢", "４２", "9" * 19, "1" * 30, "", "07"]
+BAD_IDS = [
+    "0",
+    "-1",
+    "+7",
+    " 42",
+    "42 ",
+    "1_000",
+    "١٢",
+    "1e3",
+    "0x10",
+    "1.0",
+    "٤٢",
+    "４２",
+    "9" * 19,
+    "1" * 30,
+    "",
+    "07",
+]
 
 
 def body(response):
@@ -81,7 +98,10 @@ def test_bad_user_id_is_400_and_changes_nothing(api, bad):
     before = redis_keys()
     response = enter(api, bad)
     assert response.status_code == 400
-    assert body(response) == {"code": "INVALID_ARGUMENT", "detail": "X-User-Id must be a positive integer of 1 to 18 ASCII digits"}
+    assert body(response) == {
+        "code": "INVALID_ARGUMENT",
+        "detail": "X-User-Id must be a positive integer of 1 to 18 ASCII digits",
+    }
     assert redis_keys() == before
 
 
@@ -122,12 +142,14 @@ def test_someone_elses_ticket_cannot_take_their_place(api):
 def test_app_refuses_to_start_without_signing_keys(tmp_path):
     import subprocess
     import sys
-
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, "-c", "import app"], cwd=root, capture_output=True, text=True,
+        [sys.executable, "-c", "import app"],
+        cwd=root,
+        capture_output=True,
+        text=True,
         env={"PATH": "/usr/bin:/bin", "POWERTOOLS_TRACE_DISABLED": "1"},
     )
     assert result.returncode != 0
@@ -153,7 +175,9 @@ def purchase(api, token, user="7", content_type="application/json"):
 
 
 # Chalice answers 415 itself unless the media type is JSON; what follows it reaches the gate.
-@pytest.mark.parametrize("content_type", ["application/json; charset=ütf-8", "application/json; x=\u2028", "application/json; " + "x" * 300])
+@pytest.mark.parametrize(
+    "content_type", ["application/json; charset=ütf-8", "application/json; x=\u2028", "application/json; " + "x" * 300]
+)
 def test_a_content_type_that_cannot_be_forwarded_is_400_before_the_token_is_used(api, origin, content_type):
     token = mint()
     refused = purchase(api, token, content_type=content_type)
@@ -163,12 +187,31 @@ def test_a_content_type_that_cannot_be_forwarded_is_400_before_the_token_is_used
 
 
 @pytest.mark.parametrize("bad", ["abc", "0", "-1", "7 ", "٧", ""])
-def test_a_malformed_user_id_under_a_percentage_rollout_is_400_and_denied_by_the_authorizer(api, env, origin, tmp_path, bad):
+def test_a_malformed_user_id_under_a_percentage_rollout_is_400_and_denied_by_the_authorizer(
+    api, env, origin, tmp_path, bad
+):
     flags = tmp_path / "flags.json"
-    flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"half off": {
-        "when_match": False,
-        "conditions": [{"action": "MODULO_RANGE", "key": "user_id", "value": {"base": 100, "start": 0, "end": 49}}],
-    }}}}))
+    flags.write_text(
+        json.dumps(
+            {
+                "virtual_queue_enabled": {
+                    "default": True,
+                    "rules": {
+                        "half off": {
+                            "when_match": False,
+                            "conditions": [
+                                {
+                                    "action": "MODULO_RANGE",
+                                    "key": "user_id",
+                                    "value": {"base": 100, "start": 0, "end": 49},
+                                }
+                            ],
+                        }
+                    },
+                }
+            }
+        )
+    )
     env(VQ_FLAGS_FILE=flags)
     refused = purchase(api, None, user=bad)
     assert refused.status_code == 400 and body(refused)["code"] == "INVALID_ARGUMENT"
@@ -178,21 +221,28 @@ def test_a_malformed_user_id_under_a_percentage_rollout_is_400_and_denied_by_the
     assert verdict["policyDocument"]["Statement"][0]["Effect"] == "Deny"
 
 
-@pytest.mark.parametrize("nested", [
-    b"[" * 2000 + b"]" * 2000,
-    b'{"batch": ' + b"[" * 2000 + b"]" * 2000 + b"}",
-    b'{"a":' * 800 + b"1" + b"}" * 800,
-])
+@pytest.mark.parametrize(
+    "nested",
+    [
+        b"[" * 2000 + b"]" * 2000,
+        b'{"batch": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+        b'{"a":' * 800 + b"1" + b"}" * 800,
+    ],
+)
 def test_a_deeply_nested_configuration_is_400_and_the_old_one_stays(api, nested):
     config = "/virtual-queues/limited-drop/42/config"
-    assert api.http.put(config, body=json.dumps({"batch": 5}), headers={"Content-Type": "application/json"}).status_code == 200
+    assert (
+        api.http.put(config, body=json.dumps({"batch": 5}), headers={"Content-Type": "application/json"}).status_code
+        == 200
+    )
     refused = api.http.put(config, body=nested, headers={"Content-Type": "application/json"})
     assert refused.status_code == 400 and body(refused)["code"] == "INVALID_ARGUMENT"
     assert body(api.http.get(config))["config"] == {"batch": 5}
 
 
-@hypothesis.settings(max_examples=150, deadline=None,
-                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.settings(
+    max_examples=150, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+)
 @hypothesis.given(
     content_type=st.one_of(st.none(), st.text(max_size=300)),
     user=st.one_of(st.none(), st.text(max_size=24), st.integers(-5, 10**19).map(str)),
@@ -204,8 +254,15 @@ def test_fuzz_purchase_headers_never_500_and_only_a_forwarded_purchase_uses_the_
 
     token = mint()
     before = len(origin.requests)
-    request = PurchaseRequest(target_type="limited-drop", target_id="42", entry_token=token.text, user_id=user,
-                              authorizer=None, body=b"{}", content_type=content_type)
+    request = PurchaseRequest(
+        target_type="limited-drop",
+        target_id="42",
+        entry_token=token.text,
+        user_id=user,
+        authorizer=None,
+        body=b"{}",
+        content_type=content_type,
+    )
     gate = runtime.purchase_gate()
     try:
         status = gate.purchase(request).status
@@ -215,21 +272,36 @@ def test_fuzz_purchase_headers_never_500_and_only_a_forwarded_purchase_uses_the_
         assert len(origin.requests) == before + 1
     else:
         assert status in (400, 403) and len(origin.requests) == before
-        assert gate.purchase(PurchaseRequest(
-            target_type="limited-drop", target_id="42", entry_token=token.text, user_id="7",
-            authorizer=None, body=b"{}", content_type="application/json")).status == 201
+        assert (
+            gate.purchase(
+                PurchaseRequest(
+                    target_type="limited-drop",
+                    target_id="42",
+                    entry_token=token.text,
+                    user_id="7",
+                    authorizer=None,
+                    body=b"{}",
+                    content_type="application/json",
+                )
+            ).status
+            == 201
+        )
 
 
 def test_functions_that_sign_nothing_start_without_keys_and_cannot_sign():
     import subprocess
     import sys
-
     from pathlib import Path
 
-    code = ("import app; from chalicelib import runtime\n"
-            "try:\n    runtime.signer()\nexcept runtime.ConfigError as err:\n    print(err)")
+    code = (
+        "import app; from chalicelib import runtime\n"
+        "try:\n    runtime.signer()\nexcept runtime.ConfigError as err:\n    print(err)"
+    )
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
         env={"PATH": "/usr/bin:/bin", "POWERTOOLS_TRACE_DISABLED": "1", "VQ_SIGNS_TOKENS": "false"},
     )
     assert result.returncode == 0, result.stderr

@@ -63,14 +63,24 @@ def test_valid_token_is_allowed_for_exactly_this_method_arn_with_its_claims(api)
     policy = authorize(api, event(headers={"X-Entry-Token": token.text, "X-User-Id": "7"}))
     assert statement(policy) == {"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": DROP_ARN}
     assert policy["principalId"] == "7"
-    assert policy["context"] == {"userId": "7", "targetType": "limited-drop", "targetId": "42", "tokenId": token.token_id}
+    assert policy["context"] == {
+        "userId": "7",
+        "targetType": "limited-drop",
+        "targetId": "42",
+        "tokenId": token.token_id,
+    }
     assert all(isinstance(value, str) for value in policy["context"].values())
     assert token.text not in json.dumps(policy)
 
 
-@pytest.mark.parametrize("token_name, user_name", [
-    ("x-entry-token", "x-user-id"), ("X-ENTRY-TOKEN", "X-USER-ID"), ("x-Entry-token", "X-user-Id"),
-])
+@pytest.mark.parametrize(
+    "token_name, user_name",
+    [
+        ("x-entry-token", "x-user-id"),
+        ("X-ENTRY-TOKEN", "X-USER-ID"),
+        ("x-Entry-token", "X-user-Id"),
+    ],
+)
 def test_header_names_match_whatever_their_case(api, token_name, user_name):
     policy = authorize(api, event(headers={token_name: mint(), user_name: "7"}))
     assert statement(policy)["Effect"] == "Allow"
@@ -119,7 +129,8 @@ DENIED_HEADERS = {
     "token not a string": lambda: {"X-Entry-Token": None, "X-User-Id": "7"},
     "two spellings of the user header disagree": lambda: {"X-Entry-Token": mint(), "X-User-Id": "7", "x-user-id": "8"},
     "queue ticket instead of a token": lambda: {
-        "X-Entry-Token": runtime.signer().issue_ticket(DROP, USER, 1, 1).text, "X-User-Id": "7",
+        "X-Entry-Token": runtime.signer().issue_ticket(DROP, USER, 1, 1).text,
+        "X-User-Id": "7",
     },
 }
 
@@ -173,8 +184,9 @@ def test_malformed_events_are_denied_not_raised(api, capsys, evt):
 def test_method_arn_of_either_purchase_route_names_its_target():
     assert target_from_method_arn(DROP_ARN) == DROP
     assert target_from_method_arn(SEAT_ARN) == Target("ticketing-event", 42)
-    assert target_from_method_arn("arn:aws-cn:execute-api:cn-north-1:123456789012:abc/prod-2/POST/events/7/seats/select") \
-        == Target("ticketing-event", 7)
+    assert target_from_method_arn(
+        "arn:aws-cn:execute-api:cn-north-1:123456789012:abc/prod-2/POST/events/7/seats/select"
+    ) == Target("ticketing-event", 7)
 
 
 def test_a_denial_logs_request_id_and_target_and_nothing_logs_the_token(api, capsys, log_lines):

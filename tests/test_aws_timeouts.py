@@ -65,17 +65,26 @@ def measure(call, rounds):
 
 
 def report(name, times):
-    print(f"  {name:<28} first {times[0] * 1000:6.1f} ms   median {statistics.median(times) * 1000:6.1f} ms"
-          f"   max {max(times) * 1000:6.1f} ms")
+    print(
+        f"  {name:<28} first {times[0] * 1000:6.1f} ms   median {statistics.median(times) * 1000:6.1f} ms"
+        f"   max {max(times) * 1000:6.1f} ms"
+    )
 
 
 def test_enter_status_and_the_authorizer_answer_at_once_with_aws_hung(api, env, aws_hung, monkeypatch, capsys):
-    env(VQ_APPCONFIG_APPLICATION="vq", VQ_APPCONFIG_ENVIRONMENT="live", VQ_APPCONFIG_PROFILE="flags",
-        VQ_QUEUE_ENABLED_DEFAULT="true")
+    env(
+        VQ_APPCONFIG_APPLICATION="vq",
+        VQ_APPCONFIG_ENVIRONMENT="live",
+        VQ_APPCONFIG_PROFILE="flags",
+        VQ_QUEUE_ENABLED_DEFAULT="true",
+    )
     # Keys from the environment at start, as a warm container holds them; every use finds their refresh due,
     # and the refresh goes to the hung Secrets Manager.
-    signer = TokenSigner(runtime.settings().keyring, max_age_s=0, refresh=functools.partial(
-        load_keyring, {"VQ_TOKEN_KEYS_SECRET_ID": "vq/keys"}, secrets=aws.secrets()))
+    signer = TokenSigner(
+        runtime.settings().keyring,
+        max_age_s=0,
+        refresh=functools.partial(load_keyring, {"VQ_TOKEN_KEYS_SECRET_ID": "vq/keys"}, secrets=aws.secrets()),
+    )
     monkeypatch.setattr(runtime, "signer", functools.cache(lambda: signer))
 
     rounds = 10
@@ -83,18 +92,27 @@ def test_enter_status_and_the_authorizer_answer_at_once_with_aws_hung(api, env, 
     # The first enter is the container's first flag read: it waits for AppConfig up to 0.1 s, then the default.
     enter = measure(lambda n: tickets.append(api.http.post(ENTRIES, headers={"X-User-Id": str(n + 1)})), rounds)
     ticket = tickets[0].json_body["queueTicket"]
-    status = measure(lambda n: api.http.get(ENTRIES + "/me", headers={"X-User-Id": "1", "X-Queue-Ticket": ticket}),
-                     rounds)
+    status = measure(
+        lambda n: api.http.get(ENTRIES + "/me", headers={"X-User-Id": "1", "X-Queue-Ticket": ticket}), rounds
+    )
     assert tickets[-1].json_body["status"] == "WAITING"  # the default (on): AppConfig never answered
     token = signer.mint_entry_token(Target("limited-drop", 42), 7, time.time(), 300).text
-    allow = measure(lambda n: api.lambda_.invoke("purchase_authorizer", authorizer_event(
-        {"X-Entry-Token": token, "X-User-Id": "7"})), rounds)
+    allow = measure(
+        lambda n: api.lambda_.invoke(
+            "purchase_authorizer", authorizer_event({"X-Entry-Token": token, "X-User-Id": "7"})
+        ),
+        rounds,
+    )
     deny = measure(lambda n: api.lambda_.invoke("purchase_authorizer", authorizer_event({})), rounds)
 
     with capsys.disabled():
         print("\nwith AppConfig Data and Secrets Manager accepting and never answering:")
-        for name, times in (("enter", enter), ("status", status), ("authorizer, valid token", allow),
-                            ("authorizer, no token (flag)", deny)):
+        for name, times in (
+            ("enter", enter),
+            ("status", status),
+            ("authorizer, valid token", allow),
+            ("authorizer, no token (flag)", deny),
+        ):
             report(name, times)
     for times in (enter, status, allow, deny):
         assert max(times) < NEVER_WAITED_S

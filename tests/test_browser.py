@@ -9,8 +9,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.support.browser import QUEUE_OFF, SIZES, http, iso_in
-from tests.support.browser import browser, shopper, stack, target_id  # noqa: F401  (fixtures)
+from tests.support.browser import QUEUE_OFF, SIZES, browser, http, iso_in, shopper, stack, target_id  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +53,14 @@ def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stac
     page, t = shopper.page, shopper.t
     # The picture's host stands in for the shop's CDN (the network is closed here).
     page.route("https://img.example/**", lambda route: route.fulfill(content_type="image/svg+xml", body=SNEAKER))
-    stack.configure(target_id, maxWaiting=10, batch=1, tickMs=1000, displayName="Air Runner 90 “Seoul”",
-                    imageUrl="https://img.example/air-runner.svg")
+    stack.configure(
+        target_id,
+        maxWaiting=10,
+        batch=1,
+        tickMs=1000,
+        displayName="Air Runner 90 “Seoul”",
+        imageUrl="https://img.example/air-runner.svg",
+    )
     for user in range(1, 11):
         stack.enter(target_id, user)
 
@@ -99,7 +104,9 @@ def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stac
     expect(page.locator("#order-number")).to_contain_text(re.compile(r"\d"))
     assert "{" not in page.locator("main").inner_text()  # words, never the shop's raw JSON
     shopper.shot("bought", readme="phone")
-    assert [o["userId"] for o in stack.local.shop.summary()["orders"] if o["item"].endswith(f"/{target_id}/orders")] == [77]
+    assert [
+        o["userId"] for o in stack.local.shop.summary()["orders"] if o["item"].endswith(f"/{target_id}/orders")
+    ] == [77]
 
     # A reload after buying shows the order, not a Buy button for a pass already used.
     page.reload()
@@ -195,8 +202,12 @@ def test_a_pass_used_elsewhere_or_run_out_says_so(shopper, stack, target_id):
     ticket = page.evaluate(f"JSON.parse(localStorage.getItem('vq-ticket:limited-drop:{target_id}:7'))")
     status, entry = http("GET", stack.queue(target_id, "/entries/me"), {"X-User-Id": "7", "X-Queue-Ticket": ticket})
     assert status == 200 and entry["status"] == "ADMITTED"
-    status, _ = http("POST", f"{stack.url}/limited-drops/{target_id}/orders",
-                     {"X-User-Id": "7", "X-Entry-Token": entry["entryToken"]}, body={"quantity": 1})
+    status, _ = http(
+        "POST",
+        f"{stack.url}/limited-drops/{target_id}/orders",
+        {"X-User-Id": "7", "X-Entry-Token": entry["entryToken"]},
+        body={"quantity": 1},
+    )
     assert status == 201
     page.locator("#buy").click()
     shopper.expect_view("used")
@@ -206,9 +217,13 @@ def test_a_pass_used_elsewhere_or_run_out_says_so(shopper, stack, target_id):
     # A pass that runs out before the click (an answer standing in for one 3 s from its end): the countdown
     # ends in a view of its own, with a way back into line.
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3))
-    page.route(f"**/limited-drop/{target_id}/entries", lambda route: route.fulfill(
-        content_type="application/json",
-        body=json.dumps({"status": "ADMITTED", "aheadCount": 0, "entryToken": "x.y", "tokenExpiresAt": expires})))
+    page.route(
+        f"**/limited-drop/{target_id}/entries",
+        lambda route: route.fulfill(
+            content_type="application/json",
+            body=json.dumps({"status": "ADMITTED", "aheadCount": 0, "entryToken": "x.y", "tokenExpiresAt": expires}),
+        ),
+    )
     page.reload()
     shopper.expect_view("admitted")
     shopper.expect_view("expired", timeout_s=10)
@@ -274,8 +289,12 @@ def test_polls_follow_the_servers_pollAfterMs(shopper, stack, target_id):
 
     def advised(route):
         polls.append(time.monotonic())
-        route.fulfill(content_type="application/json", body=json.dumps(
-            {"status": "WAITING", "position": 2, "aheadCount": 1, "etaSeconds": 1, "paused": False, **advice}))
+        route.fulfill(
+            content_type="application/json",
+            body=json.dumps(
+                {"status": "WAITING", "position": 2, "aheadCount": 1, "etaSeconds": 1, "paused": False, **advice}
+            ),
+        )
 
     page.route("**/entries/me", advised)
     wait_until(page, lambda: len(polls) >= 6, timeout_s=15)
@@ -293,8 +312,12 @@ def test_polls_follow_the_servers_pollAfterMs(shopper, stack, target_id):
 def test_a_target_no_operator_opened_says_so_and_looks_again(shopper, stack, target_id):
     page = shopper.page
     # Deployed, enter answers 404 UNKNOWN_TARGET until an operator configures the target.
-    page.route("**/entries", lambda route: route.fulfill(
-        status=404, content_type="application/json", body='{"code": "UNKNOWN_TARGET", "detail": "not open"}'))
+    page.route(
+        "**/entries",
+        lambda route: route.fulfill(
+            status=404, content_type="application/json", body='{"code": "UNKNOWN_TARGET", "detail": "not open"}'
+        ),
+    )
     open_page(shopper, stack, target_id, 7)
     shopper.expect_view("unopened")
     shopper.shot("unopened")

@@ -25,8 +25,8 @@ from chalicelib.redis_connection import Breaker, connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
-from tests.support.redis_servers import ValkeyCluster
 from infra.local.stack import free_port
+from tests.support.redis_servers import ValkeyCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -65,10 +65,17 @@ def redis_errors(caplog):
 
 
 def purchase(gate, token, target):
-    return gate.purchase(PurchaseRequest(
-        target_type=target.type, target_id=str(target.id), entry_token=token.text, user_id=str(token.user_id),
-        authorizer=None, body=b'{"sku":"x"}', content_type="application/json",
-    ))
+    return gate.purchase(
+        PurchaseRequest(
+            target_type=target.type,
+            target_id=str(target.id),
+            entry_token=token.text,
+            user_id=str(token.user_id),
+            authorizer=None,
+            body=b'{"sku":"x"}',
+            content_type="application/json",
+        )
+    )
 
 
 def nodes_of(client, keys):
@@ -145,6 +152,7 @@ def test_a_script_given_keys_of_two_targets_is_refused(on_cluster):
 
 
 # --- nodes failing: the same fail-open promise as on one server ---
+
 
 @pytest.fixture
 def own_cluster():

@@ -7,8 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.support.browser import http
-from tests.support.browser import browser, shopper, stack, target_id  # noqa: F401  (fixtures)
+from tests.support.browser import browser, http, shopper, stack, target_id  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -31,17 +30,25 @@ def test_console_charts_a_live_sale_and_sets_the_rate(shopper, stack, target_id)
     for _ in range(6):
         stack.tick(target_id)
         for user, ticket in list(waiting.items()):
-            _, entry = http("GET", stack.queue(target_id, "/entries/me"), {"X-User-Id": str(user), "X-Queue-Ticket": ticket})
+            _, entry = http(
+                "GET", stack.queue(target_id, "/entries/me"), {"X-User-Id": str(user), "X-Queue-Ticket": ticket}
+            )
             if entry.get("status") == "ADMITTED":
                 del waiting[user]
-                status, _ = http("POST", f"{stack.url}/limited-drops/{target_id}/orders",
-                                 {"X-User-Id": str(user), "X-Entry-Token": entry["entryToken"]}, body={"quantity": 1})
+                status, _ = http(
+                    "POST",
+                    f"{stack.url}/limited-drops/{target_id}/orders",
+                    {"X-User-Id": str(user), "X-Entry-Token": entry["entryToken"]},
+                    body={"quantity": 1},
+                )
                 assert status == 201
         shopper.page.wait_for_timeout(500)
     # Every chart draws from the samples it keeps; admitted/s rose above zero, and the shop took orders.
     for chart in ("waiting", "admitted", "orders", "p95"):
         expect(card.locator(f"[data-chart={chart}] polyline").first).to_be_attached()
-    expect(card.locator("[data-chart=admitted] figcaption span")).not_to_have_text(re.compile(r"now [–0]/s"), timeout=5_000)
+    expect(card.locator("[data-chart=admitted] figcaption span")).not_to_have_text(
+        re.compile(r"now [–0]/s"), timeout=5_000
+    )
     assert http("GET", stack.queue(target_id, "/stats"))[1]["ordersCount"] == 12 - len(waiting) > 0
     expect(card.locator(".figures")).to_contain_text(re.compile(r"configured\s*2/s"))
     shopper.shot("console", readme="desktop")
@@ -84,8 +91,10 @@ def test_console_pauses_and_resumes_while_the_shopper_keeps_their_place(shopper,
     expect(card.locator("[data-action=pause]")).to_have_text("Pause")
     expect(room.locator("#paused")).to_be_hidden(timeout=20_000)
     stack.tick(target_id)  # the line moves again (the pump may catch up: up to the shopper's turn)
-    room.wait_for_function("() => document.body.dataset.view === 'admitted' || "
-                           "document.getElementById('position').textContent !== '4'", timeout=20_000)
+    room.wait_for_function(
+        "() => document.body.dataset.view === 'admitted' || document.getElementById('position').textContent !== '4'",
+        timeout=20_000,
+    )
 
 
 def test_console_marks_the_sale_sold_out_and_the_shopper_hears_it(shopper, stack, target_id):

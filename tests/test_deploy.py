@@ -24,10 +24,16 @@ from infra.package import deep_merge, merge_template
 
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS = ("APIHandler", "PurchaseAuthorizer", "AdmissionPump", "FlagSync")
-ROLES = {"APIHandler": "ApiHandlerRole", "PurchaseAuthorizer": "PurchaseAuthorizerRole",
-         "AdmissionPump": "AdmissionPumpRole", "FlagSync": "FlagSyncRole"}
-PURCHASE_PATHS = {gate.PURCHASE_PATHS["limited-drop"].format("{drop_id}"),
-                  gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}")}
+ROLES = {
+    "APIHandler": "ApiHandlerRole",
+    "PurchaseAuthorizer": "PurchaseAuthorizerRole",
+    "AdmissionPump": "AdmissionPumpRole",
+    "FlagSync": "FlagSyncRole",
+}
+PURCHASE_PATHS = {
+    gate.PURCHASE_PATHS["limited-drop"].format("{drop_id}"),
+    gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}"),
+}
 DROP = Target("limited-drop", 42)
 
 
@@ -92,8 +98,12 @@ def test_purchase_routes_are_behind_the_request_authorizer(resources, openapi):
     # while the queue is off, and counts its denial while on); that is allowed only with caching off.
     assert "identitySource" not in entry and entry["authorizerResultTtlInSeconds"] == 0
     assert "${PurchaseAuthorizer.Arn}" in entry["authorizerUri"]["Fn::Sub"]
-    guarded = {path for path, methods in openapi["paths"].items()
-               for method in methods.values() if {"purchase_authorizer": []} in method.get("security", [])}
+    guarded = {
+        path
+        for path, methods in openapi["paths"].items()
+        for method in methods.values()
+        if {"purchase_authorizer": []} in method.get("security", [])
+    }
     assert guarded == PURCHASE_PATHS
     assert all(list(openapi["paths"][path]) == ["post"] for path in PURCHASE_PATHS)
 
@@ -138,13 +148,21 @@ def test_every_function_runs_in_the_vpc(resources):
     assert set(of_type(resources, "AWS::Serverless::Function")) == set(FUNCTIONS)
     for function in FUNCTIONS:
         properties = resources[function]["Properties"]
-        assert properties["VpcConfig"] == {"SubnetIds": {"Ref": "SubnetIds"},
-                                           "SecurityGroupIds": [{"Ref": "LambdaSecurityGroupId"}]}
+        assert properties["VpcConfig"] == {
+            "SubnetIds": {"Ref": "SubnetIds"},
+            "SecurityGroupIds": [{"Ref": "LambdaSecurityGroupId"}],
+        }
         assert properties["Role"] == {"Fn::GetAtt": [ROLES[function], "Arn"]}
         (network,) = resources[ROLES[function]]["Properties"]["Policies"]
         actions = {a for s in network["PolicyDocument"]["Statement"] for a in s["Action"]}
-        assert actions == {"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
-                           "ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+        assert actions == {
+            "ec2:CreateNetworkInterface",
+            "ec2:DescribeNetworkInterfaces",
+            "ec2:DescribeSubnets",
+            "ec2:DeleteNetworkInterface",
+            "ec2:AssignPrivateIpAddresses",
+            "ec2:UnassignPrivateIpAddresses",
+        }
 
 
 @pytest.mark.slow
@@ -167,7 +185,8 @@ def test_cache_is_valkey_cluster_mode_encrypted_multi_az_and_never_evicts(templa
     assert group["SecurityGroupIds"] == [{"Fn::GetAtt": ["CacheSecurityGroup", "GroupId"]}]
     ingress = resources["CacheSecurityGroup"]["Properties"]["SecurityGroupIngress"]
     assert [(rule["FromPort"], rule["ToPort"], rule["SourceSecurityGroupId"]) for rule in ingress] == [
-        (6379, 6379, {"Ref": "LambdaSecurityGroupId"})]
+        (6379, 6379, {"Ref": "LambdaSecurityGroupId"})
+    ]
 
 
 @pytest.mark.slow
@@ -230,14 +249,20 @@ def test_flag_is_hosted_in_appconfig_deployed_at_once_and_read_by_api_and_author
     assert resources["FlagProfile"]["Properties"]["Type"] == "AWS.Freeform"
     strategy = resources["FlagImmediate"]["Properties"]
     assert (strategy["DeploymentDurationInMinutes"], strategy["FinalBakeTimeInMinutes"], strategy["GrowthFactor"]) == (
-        0, 0, 100)
+        0,
+        0,
+        100,
+    )
     deployment = resources["FlagDeployment"]["Properties"]
     assert deployment["ConfigurationVersion"] == {"Ref": "FlagDefault"}
     assert deployment["DeploymentStrategyId"] == {"Ref": "FlagImmediate"}
     for function in ("APIHandler", "PurchaseAuthorizer"):
         env = env_of(resources, function)
         assert (env["VQ_APPCONFIG_APPLICATION"], env["VQ_APPCONFIG_ENVIRONMENT"], env["VQ_APPCONFIG_PROFILE"]) == (
-            {"Ref": "FlagApplication"}, {"Ref": "FlagEnvironment"}, {"Ref": "FlagProfile"})
+            {"Ref": "FlagApplication"},
+            {"Ref": "FlagEnvironment"},
+            {"Ref": "FlagProfile"},
+        )
     assert "VQ_APPCONFIG_APPLICATION" not in env_of(resources, "AdmissionPump")
 
 
@@ -254,7 +279,10 @@ def test_every_flag_deployment_runs_flag_sync_which_never_signs(resources):
     invoke = resources["FlagSyncInvokeRole"]["Properties"]
     assert invoke["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "appconfig.amazonaws.com"}
     (statement,) = invoke["Policies"][0]["PolicyDocument"]["Statement"]
-    assert (statement["Action"], statement["Resource"]) == ("lambda:InvokeFunction", {"Fn::GetAtt": ["FlagSync", "Arn"]})
+    assert (statement["Action"], statement["Resource"]) == (
+        "lambda:InvokeFunction",
+        {"Fn::GetAtt": ["FlagSync", "Arn"]},
+    )
     env = env_of(resources, "FlagSync")
     assert env["VQ_SIGNS_TOKENS"] == "false" and env["VQ_APPCONFIG_PROFILE"] == {"Ref": "FlagProfile"}
 
@@ -288,9 +316,12 @@ def test_functions_memory_is_a_parameter_with_a_default_past_lambdas_128_mb(temp
 def test_pump_reserved_concurrency_is_optional_and_off_by_default(template, resources):
     # Accounts with a low concurrency quota refuse any reservation; the pump is correct without one.
     assert template["Parameters"]["PumpReservedConcurrency"]["Default"] == 0
-    assert template["Conditions"]["PumpReserved"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "PumpReservedConcurrency"}, 0]}]}
+    assert template["Conditions"]["PumpReserved"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "PumpReservedConcurrency"}, 0]}]
+    }
     assert resources["AdmissionPump"]["Properties"]["ReservedConcurrentExecutions"] == {
-        "Fn::If": ["PumpReserved", {"Ref": "PumpReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
+        "Fn::If": ["PumpReserved", {"Ref": "PumpReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
+    }
     assert "reserved_concurrency" not in json.dumps(json.loads((ROOT / ".chalice" / "config.json").read_text()))
 
 
@@ -299,10 +330,19 @@ def test_api_gateway_calls_the_alias_that_optional_provisioned_concurrency_is_on
     assert template["Parameters"]["ApiProvisionedConcurrency"]["Default"] == 0
     api = resources["APIHandler"]["Properties"]
     assert api["AutoPublishAlias"] == "live"
-    assert api["ProvisionedConcurrencyConfig"] == {"Fn::If": [
-        "ApiProvisioned", {"ProvisionedConcurrentExecutions": {"Ref": "ApiProvisionedConcurrency"}}, {"Ref": "AWS::NoValue"}]}
-    integrations = [op["x-amazon-apigateway-integration"] for ops in openapi["paths"].values() for op in ops.values()
-                    if isinstance(op, dict) and "x-amazon-apigateway-integration" in op]
+    assert api["ProvisionedConcurrencyConfig"] == {
+        "Fn::If": [
+            "ApiProvisioned",
+            {"ProvisionedConcurrentExecutions": {"Ref": "ApiProvisionedConcurrency"}},
+            {"Ref": "AWS::NoValue"},
+        ]
+    }
+    integrations = [
+        op["x-amazon-apigateway-integration"]
+        for ops in openapi["paths"].values()
+        for op in ops.values()
+        if isinstance(op, dict) and "x-amazon-apigateway-integration" in op
+    ]
     assert len(integrations) >= 8
     for integration in integrations:
         assert {"Ref": "APIHandler.Alias"} in integration["uri"]["Fn::Join"][1], integration["uri"]
@@ -328,8 +368,10 @@ def alarm_metrics(alarm):
 @pytest.mark.slow
 def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
     alarms = of_type(resources, "AWS::CloudWatch::Alarm")
-    watched = {name: {m["MetricName"] for m in alarm_metrics(alarm) if m["Namespace"] == "VirtualQueue"}
-               for name, alarm in alarms.items()}
+    watched = {
+        name: {m["MetricName"] for m in alarm_metrics(alarm) if m["Namespace"] == "VirtualQueue"}
+        for name, alarm in alarms.items()
+    }
     assert watched == {
         "QueueNearCapacityAlarm": {"QueueFullPercent"},
         "AdmissionBelowTargetAlarm": {"Admitted", "TargetRatePerSec"},
@@ -350,7 +392,11 @@ def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
     assert (near_full["Threshold"], near_full["ComparisonOperator"]) == (90, "GreaterThanThreshold")
     slow = alarms["AdmissionBelowTargetAlarm"]["Properties"]
     assert (slow["Threshold"], slow["ComparisonOperator"], slow["EvaluationPeriods"], slow["DatapointsToAlarm"]) == (
-        0.5, "LessThanThreshold", 3, 3)
+        0.5,
+        "LessThanThreshold",
+        3,
+        3,
+    )
     assert slow["TreatMissingData"] == "breaching"  # no data at all: the pump is not ticking
     assert alarms["BypassDeniedAlarm"]["Properties"]["Threshold"] == {"Ref": "BypassDeniedPerMinuteAlarm"}
     assert alarms["RedisDegradedAlarm"]["Properties"]["Threshold"] == 1
@@ -358,8 +404,11 @@ def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
 
 
 def test_only_the_pump_may_publish_events_to_its_bus_only(template, resources):
-    (policy,) = [p["Properties"] for p in of_type(resources, "AWS::IAM::Policy").values()
-                 if p["Properties"]["PolicyName"] == "publish-events"]
+    (policy,) = [
+        p["Properties"]
+        for p in of_type(resources, "AWS::IAM::Policy").values()
+        if p["Properties"]["PolicyName"] == "publish-events"
+    ]
     (statement,) = policy["PolicyDocument"]["Statement"]
     assert policy["Roles"] == [{"Ref": "AdmissionPumpRole"}]
     assert statement["Action"] == "events:PutEvents"
@@ -381,13 +430,30 @@ def test_dashboard_is_valid_json_showing_what_operators_watch(resources):
     filled = re.sub(r"\$\{BypassDeniedPerMinuteAlarm\}", "50", body)
     dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", filled))
     titles = " | ".join(w["properties"]["title"] for w in dashboard["widgets"])
-    for topic in ("Queue length", "Admitted per minute", "p95", "Entry tokens", "Bypass denials", "Redis degraded",
-                  "Lambda errors and throttles", "Lambda duration", "API 4xx and 5xx", "API latency"):
+    for topic in (
+        "Queue length",
+        "Admitted per minute",
+        "p95",
+        "Entry tokens",
+        "Bypass denials",
+        "Redis degraded",
+        "Lambda errors and throttles",
+        "Lambda duration",
+        "API 4xx and 5xx",
+        "API latency",
+    ):
         assert topic in titles
     shown = set(re.findall(r'"VirtualQueue", "(\w+)"', body)) | set(re.findall(r'MetricName=\\"(\w+)\\"', body))
     assert shown <= emitted_names()
-    assert {"TokensIssued", "TokensConsumed", "TokensRestored", "WaitSeconds", "QueueLength", "ConfiguredRatePerSec",
-            "EffectiveRatePerSec"} <= shown
+    assert {
+        "TokensIssued",
+        "TokensConsumed",
+        "TokensRestored",
+        "WaitSeconds",
+        "QueueLength",
+        "ConfiguredRatePerSec",
+        "EffectiveRatePerSec",
+    } <= shown
 
 
 def test_a_targeted_count_is_filed_per_target_and_for_the_service(capsys):
@@ -395,8 +461,14 @@ def test_a_targeted_count_is_filed_per_target_and_for_the_service(capsys):
     count("PumpErrors")
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["_aws"]["CloudWatchMetrics"][0]["Dimensions"] for line in lines] == [
-        [["target", "service"], ["service"]], [["service"]]]
-    assert (lines[0]["target"], lines[0]["service"], lines[0]["TokensIssued"]) == ("limited-drop:42", "virtual-queue", 1)
+        [["target", "service"], ["service"]],
+        [["service"]],
+    ]
+    assert (lines[0]["target"], lines[0]["service"], lines[0]["TokensIssued"]) == (
+        "limited-drop:42",
+        "virtual-queue",
+        1,
+    )
 
 
 def test_pump_files_gauges_for_the_service_and_reports_the_rate_it_owes(env, store, capsys):

@@ -13,8 +13,8 @@ from moto import mock_aws
 
 from chalicelib import runtime
 from chalicelib.events import EventBridgeSink, Publisher, read_event
-from chalicelib.purchase import PurchaseRequest
 from chalicelib.pump import Pump
+from chalicelib.purchase import PurchaseRequest
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 
@@ -27,8 +27,11 @@ BUS = "virtual-queue-events"
 @pytest.fixture
 def aws(monkeypatch):
     """moto's EventBridge and SQS: a bus, and a rule sending every virtual-queue event to a queue."""
-    for name, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }.items():
         monkeypatch.setenv(name, value)
     with mock_aws():
         events, sqs = boto3.client("events"), boto3.client("sqs")
@@ -42,8 +45,10 @@ def aws(monkeypatch):
             out = []
             while batch := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", []):
                 out += [json.loads(m["Body"]) for m in batch]
-                sqs.delete_message_batch(QueueUrl=queue_url, Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)])
+                sqs.delete_message_batch(
+                    QueueUrl=queue_url,
+                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)],
+                )
             return out
 
         yield events, received
@@ -65,10 +70,17 @@ def tick(publisher=None, times=1):
 
 
 def buy(gate, token):
-    return gate.purchase(PurchaseRequest(
-        target_type=token.target.type, target_id=str(token.target.id), entry_token=token.text,
-        user_id=str(token.user_id), authorizer=None, body=b"{}", content_type="application/json",
-    ))
+    return gate.purchase(
+        PurchaseRequest(
+            target_type=token.target.type,
+            target_id=str(token.target.id),
+            entry_token=token.text,
+            user_id=str(token.user_id),
+            authorizer=None,
+            body=b"{}",
+            content_type="application/json",
+        )
+    )
 
 
 def drain(publisher):
@@ -100,15 +112,28 @@ def test_a_full_journey_reaches_a_rule_s_queue_as_the_schema_says(wired, aws, or
     for event in delivered:
         jsonschema.validate(event, SCHEMA)
     kinds = [(e["detail-type"], e["detail"]["target"]["id"], e["detail"].get("userId")) for e in delivered]
-    assert sorted(kinds, key=str) == sorted([
-        ("UserAdmitted", "42", "1"), ("UserAdmitted", "42", "2"),
-        ("PurchaseCompleted", "42", "1"), ("PurchaseFailed", "42", "2"), ("TokenRestored", "42", "2"),
-        ("UserLeft", "42", "3"), ("UserEvicted", "42", "4"), ("UserAdmitted", "42", "5"),
-        ("TargetConfigChanged", "42", None), ("TargetPaused", "42", None),
-        ("TargetConfigChanged", "42", None), ("TargetResumed", "42", None), ("TargetSoldOut", "42", None),
-        ("TargetConfigChanged", "7", None), ("TargetConfigChanged", "7", None),
-        ("TargetOpened", "7", None), ("UserAdmitted", "7", "1"),
-    ], key=str)
+    assert sorted(kinds, key=str) == sorted(
+        [
+            ("UserAdmitted", "42", "1"),
+            ("UserAdmitted", "42", "2"),
+            ("PurchaseCompleted", "42", "1"),
+            ("PurchaseFailed", "42", "2"),
+            ("TokenRestored", "42", "2"),
+            ("UserLeft", "42", "3"),
+            ("UserEvicted", "42", "4"),
+            ("UserAdmitted", "42", "5"),
+            ("TargetConfigChanged", "42", None),
+            ("TargetPaused", "42", None),
+            ("TargetConfigChanged", "42", None),
+            ("TargetResumed", "42", None),
+            ("TargetSoldOut", "42", None),
+            ("TargetConfigChanged", "7", None),
+            ("TargetConfigChanged", "7", None),
+            ("TargetOpened", "7", None),
+            ("UserAdmitted", "7", "1"),
+        ],
+        key=str,
+    )
     by_kind = {e["detail-type"]: e["detail"] for e in delivered}
     assert by_kind["PurchaseCompleted"]["tokenId"] == tokens[1].token_id
     assert by_kind["PurchaseCompleted"]["status"] == 201
@@ -136,7 +161,7 @@ def test_no_event_without_its_change(wired, client):
     kinds = [fields["type"] for _, fields in client.xrange(stream)]
     assert kinds == ["UserAdmitted", "UserLeft", "UserLeft"]
     assert room.status(DROP, 1, ticket).status == "ADMITTED"
-    assert 0 < client.pttl(stream)
+    assert client.pttl(stream) > 0
 
 
 def test_a_crash_between_put_events_and_the_outbox_delete_republishes_the_same_ids(wired, aws, monkeypatch):
@@ -234,7 +259,10 @@ def test_the_local_file_gets_every_event_in_eventbridge_s_shape(env, tmp_path, c
     event = json.loads(line)
     jsonschema.validate(event, SCHEMA)
     assert (event["detail-type"], event["detail"]["userId"], event["id"]) == (
-        "UserLeft", "1", event["detail"]["eventId"])
+        "UserLeft",
+        "1",
+        event["detail"]["eventId"],
+    )
 
 
 def test_without_a_publisher_the_scripts_write_no_events(env, client):
@@ -248,8 +276,11 @@ def test_without_a_publisher_the_scripts_write_no_events(env, client):
 def test_an_outbox_entry_reads_as_its_event():
     event = read_event(DROP, "1796074236280-3", {"type": "UserAdmitted", "user": "123456789012345678", "seq": "17"})
     assert event.detail == {
-        "eventId": "limited-drop:42/1796074236280-3", "target": {"type": "limited-drop", "id": "42"},
-        "serverTime": "2026-11-30T21:30:36.280Z", "userId": "123456789012345678", "seq": 17,
+        "eventId": "limited-drop:42/1796074236280-3",
+        "target": {"type": "limited-drop", "id": "42"},
+        "serverTime": "2026-11-30T21:30:36.280Z",
+        "userId": "123456789012345678",
+        "seq": 17,
     }
     entry = event.put_events_entry("default")
     assert (entry["Source"], entry["DetailType"], entry["EventBusName"]) == ("virtual-queue", "UserAdmitted", "default")

@@ -27,8 +27,13 @@ TOKENS = 40
 
 def request_for(token):
     return PurchaseRequest(
-        target_type=DROP.type, target_id=str(DROP.id), entry_token=token.text, user_id=str(token.user_id),
-        authorizer=None, body=b'{"sku":"x"}', content_type="application/json",
+        target_type=DROP.type,
+        target_id=str(DROP.id),
+        entry_token=token.text,
+        user_id=str(token.user_id),
+        authorizer=None,
+        body=b'{"sku":"x"}',
+        content_type="application/json",
     )
 
 
@@ -55,8 +60,11 @@ def crowd(gates, tokens, seconds=60):
     """Each token: two clicks at once (in the given gates, round robin), each then retrying."""
     answers: list = []
     until = time.monotonic() + seconds
-    threads = [threading.Thread(target=buyer, args=(gates[i % len(gates)], token, answers, until))
-               for token in tokens for i in range(2)]
+    threads = [
+        threading.Thread(target=buyer, args=(gates[i % len(gates)], token, answers, until))
+        for token in tokens
+        for i in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -68,8 +76,10 @@ def figures(name, origin, tokens, answers):
     per_token = origin.orders_per_key()
     orders = Counter(per_token.get(token.token_id, 0) for token in tokens)
     forwards = Counter(Counter(r["headers"].get("Idempotency-Key") for r in origin.requests).values())
-    print(f"\n{name}: {len(tokens)} tokens; orders per token {dict(orders)}; forwards per token {dict(sorted(forwards.items()))};"
-          f" answers {dict(answers)}")
+    print(
+        f"\n{name}: {len(tokens)} tokens; orders per token {dict(orders)}; forwards per token {dict(sorted(forwards.items()))};"
+        f" answers {dict(answers)}"
+    )
     return orders
 
 
@@ -98,9 +108,15 @@ def test_redis_down_in_two_containers_then_back_holds_one_order_per_token(env, o
     env(REDIS_URL=own_redis.url, VQ_BREAKER_FAILURES=1, VQ_BREAKER_COOLDOWN_MS=200)
     settings = runtime.settings()
     breaker = Breaker(fail_max=settings.breaker_failures, reset_timeout=settings.breaker_cooldown_ms / 1000)
-    containers = [runtime.purchase_gate(), PurchaseGate(
-        QueueStore(connect(settings.redis_url), settings.key_prefix, breaker), runtime.signer(), settings,
-        runtime.switch())]
+    containers = [
+        runtime.purchase_gate(),
+        PurchaseGate(
+            QueueStore(connect(settings.redis_url), settings.key_prefix, breaker),
+            runtime.signer(),
+            settings,
+            runtime.switch(),
+        ),
+    ]
     tokens = mint_many(runtime.signer())
     own_redis.pause()
     try:

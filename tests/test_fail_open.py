@@ -82,8 +82,11 @@ def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_red
     own_redis.kill()
     sends = []
     original = Connection.send_packed_command
-    monkeypatch.setattr(Connection, "send_packed_command",
-                        lambda conn, *args, **kwargs: (sends.append(1), original(conn, *args, **kwargs))[1])
+    monkeypatch.setattr(
+        Connection,
+        "send_packed_command",
+        lambda conn, *args, **kwargs: (sends.append(1), original(conn, *args, **kwargs))[1],
+    )
 
     for user in range(2, 5):  # three failures in a row open it
         room.enter(DROP, user)
@@ -103,7 +106,11 @@ def test_fail_closed_answers_503_with_retry_after(make_room, own_redis):
     room = make_room(REDIS_URL=own_redis.url, VQ_FAIL_MODE="closed")
     ticket = room.enter(DROP, 1).queue_ticket
     own_redis.kill()
-    for call in (lambda: room.enter(DROP, 2), lambda: room.status(DROP, 1, ticket), lambda: room.leave(DROP, 1, ticket)):
+    for call in (
+        lambda: room.enter(DROP, 2),
+        lambda: room.status(DROP, 1, ticket),
+        lambda: room.leave(DROP, 1, ticket),
+    ):
         with pytest.raises(QueueUnavailable) as refused:
             call()
         assert refused.value.status == 503 and int(refused.value.headers["Retry-After"]) >= 1
@@ -115,8 +122,13 @@ def test_outage_over_http_is_never_a_5xx_other_than_an_explained_503(api, env, o
     ticket = entered.json_body["queueTicket"]
     own_redis.kill()
     me = {"X-User-Id": "1", "X-Queue-Ticket": ticket}
-    assert api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "2"}).json_body["status"] == "DIRECT_ADMITTED"
-    assert api.http.get("/virtual-queues/limited-drop/42/entries/me", headers=me).json_body["status"] == "DIRECT_ADMITTED"
+    assert (
+        api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "2"}).json_body["status"]
+        == "DIRECT_ADMITTED"
+    )
+    assert (
+        api.http.get("/virtual-queues/limited-drop/42/entries/me", headers=me).json_body["status"] == "DIRECT_ADMITTED"
+    )
     left = api.http.delete("/virtual-queues/limited-drop/42/entries/me", headers=me)
     assert left.status_code == 503 and left.json_body["code"] == "QUEUE_UNAVAILABLE"
     stats = api.http.get("/virtual-queues/limited-drop/42/stats")

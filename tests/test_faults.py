@@ -90,7 +90,7 @@ class Load:
         self._threads = [threading.Thread(target=self._worker, args=(i,)) for i in range(THREADS)]
         self._threads.append(threading.Thread(target=self._pump))
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         for thread in self._threads:
             thread.start()
         return self
@@ -144,10 +144,17 @@ class Load:
                 call.status = 204
             else:
                 call.token_id = u.token.token_id
-                answer = self.gate.purchase(PurchaseRequest(
-                    target_type=u.target.type, target_id=str(u.target.id), entry_token=u.token.text,
-                    user_id=str(u.user), authorizer=None, body=b'{"sku":"x"}', content_type="application/json",
-                ))
+                answer = self.gate.purchase(
+                    PurchaseRequest(
+                        target_type=u.target.type,
+                        target_id=str(u.target.id),
+                        entry_token=u.token.text,
+                        user_id=str(u.user),
+                        authorizer=None,
+                        body=b'{"sku":"x"}',
+                        content_type="application/json",
+                    )
+                )
                 call.status = answer.status
                 if answer.status < 500:
                     u.state = "done"
@@ -200,8 +207,13 @@ def durable_redis(tmp_path):
 def run_load(env, redis: OwnRedis, fault, heal, fault_s: float = 1.5) -> Run:
     """Load for a while, `fault()`, load through the fault, `heal()`, and load until Redis answers again."""
     env(
-        REDIS_URL=redis.url, VQ_BREAKER_FAILURES=BREAKER_FAILURES, VQ_BREAKER_COOLDOWN_MS=BREAKER_COOLDOWN_MS,
-        VQ_TICK_MS=100, VQ_BATCH_SIZE=20, VQ_CATCHUP_TICKS=2, VQ_PUMP_LEASE_TICKS=2,
+        REDIS_URL=redis.url,
+        VQ_BREAKER_FAILURES=BREAKER_FAILURES,
+        VQ_BREAKER_COOLDOWN_MS=BREAKER_COOLDOWN_MS,
+        VQ_TICK_MS=100,
+        VQ_BATCH_SIZE=20,
+        VQ_CATCHUP_TICKS=2,
+        VQ_PUMP_LEASE_TICKS=2,
     )
     settings = runtime.settings()
     pump_store = RecordingStore(connect(redis.url), settings.key_prefix)
@@ -240,8 +252,11 @@ def assert_served_through_the_fault(run: Run) -> None:
     slow = [c for c in run.calls if c.took > CALL_BUDGET_S]
     assert not slow, f"{len(slow)} calls over the {CALL_BUDGET_S} s budget, e.g. {slow[:3]}"
     # Calls begun once the fault bit and done before it healed (a paused server answers what it held on resuming).
-    during = [c for c in between(run.calls, run.fault_at + COMMAND_S + 0.1, run.healing_at)
-              if c.started + c.took < run.healing_at]
+    during = [
+        c
+        for c in between(run.calls, run.fault_at + COMMAND_S + 0.1, run.healing_at)
+        if c.started + c.took < run.healing_at
+    ]
     answered = [c for c in during if c.op in ("enter", "status")]
     assert answered and {c.answer for c in answered} == {"DIRECT_ADMITTED"}
     bought = [c for c in during if c.op == "buy"]
@@ -265,8 +280,11 @@ def seqs_handed_out(run: Run, target: Target) -> tuple[list[int], list[int]]:
 
 def history(run: Run, target: Target, user: int) -> list:
     """One user's calls, timed from the fault, for a failure message."""
-    return [(round(c.started - run.fault_at, 3), round(c.took, 3), c.op, c.status, c.answer, c.seq)
-            for c in run.calls if (c.target, c.user) == (target, user)]
+    return [
+        (round(c.started - run.fault_at, 3), round(c.took, 3), c.op, c.status, c.answer, c.seq)
+        for c in run.calls
+        if (c.target, c.user) == (target, user)
+    ]
 
 
 def assert_consistent(run: Run, epochs: list[tuple[float, float]]) -> None:
@@ -302,7 +320,8 @@ def assert_consistent(run: Run, epochs: list[tuple[float, float]]) -> None:
         # FIFO: once a user was admitted, nobody ahead of them (smaller seq) is told to wait any longer.
         for target in TARGETS:
             admitted = sorted(
-                (c.started + c.took, c.seq) for c in calls
+                (c.started + c.took, c.seq)
+                for c in calls
                 if c.target == target and c.answer == "ADMITTED" and c.op == "status"
             )
             for c in calls:

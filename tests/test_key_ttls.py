@@ -7,8 +7,8 @@ import time
 import pytest
 
 from chalicelib import runtime
-from chalicelib.purchase import PurchaseRequest
 from chalicelib.pump import Pump
+from chalicelib.purchase import PurchaseRequest
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 
@@ -18,15 +18,25 @@ SHOW = Target("ticketing-event", 7)
 
 def keys_without_ttl(client, prefix):
     """Every key under `prefix` that never expires, apart from the operators' configurations."""
-    return sorted(key for key in client.scan_iter(match=f"{prefix}:*", count=1000)
-                  if client.pttl(key) == -1 and not key.endswith(":config"))
+    return sorted(
+        key
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000)
+        if client.pttl(key) == -1 and not key.endswith(":config")
+    )
 
 
 def buy(gate, token):
-    return gate.purchase(PurchaseRequest(
-        target_type=token.target.type, target_id=str(token.target.id), entry_token=token.text,
-        user_id=str(token.user_id), authorizer=None, body=b"{}", content_type="application/json",
-    ))
+    return gate.purchase(
+        PurchaseRequest(
+            target_type=token.target.type,
+            target_id=str(token.target.id),
+            entry_token=token.text,
+            user_id=str(token.user_id),
+            authorizer=None,
+            body=b"{}",
+            content_type="application/json",
+        )
+    )
 
 
 @pytest.fixture
@@ -116,7 +126,15 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         assert runtime.store().registered_targets() == {}
         room.leave(DROP, 1, tickets[1])  # a departure after the pump forgot the target
 
-    for name, steps in [("enter", enter), ("admit", admit), ("buy", purchase), ("fail and restore", fail_and_restore),
-                        ("leave", leave), ("evict", evict), ("pre-queue", pre_queue), ("draw", draw),
-                        ("forget", forget)]:
+    for name, steps in [
+        ("enter", enter),
+        ("admit", admit),
+        ("buy", purchase),
+        ("fail and restore", fail_and_restore),
+        ("leave", leave),
+        ("evict", evict),
+        ("pre-queue", pre_queue),
+        ("draw", draw),
+        ("forget", forget),
+    ]:
         journey(name, steps)

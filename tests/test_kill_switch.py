@@ -49,15 +49,24 @@ def appconfig():
 
 
 def expect_session(stubber, interval=15):
-    stubber.add_response("start_configuration_session", {"InitialConfigurationToken": "t0"},
-                         {**SESSION, "RequiredMinimumPollIntervalInSeconds": interval})
+    stubber.add_response(
+        "start_configuration_session",
+        {"InitialConfigurationToken": "t0"},
+        {**SESSION, "RequiredMinimumPollIntervalInSeconds": interval},
+    )
 
 
 def expect_poll(stubber, token, configuration, next_token, next_interval=15):
-    stubber.add_response("get_latest_configuration", {
-        "NextPollConfigurationToken": next_token, "NextPollIntervalInSeconds": next_interval,
-        "ContentType": "application/json", "Configuration": body(configuration),
-    }, {"ConfigurationToken": token})
+    stubber.add_response(
+        "get_latest_configuration",
+        {
+            "NextPollConfigurationToken": next_token,
+            "NextPollIntervalInSeconds": next_interval,
+            "ContentType": "application/json",
+            "Configuration": body(configuration),
+        },
+        {"ConfigurationToken": token},
+    )
 
 
 @pytest.fixture
@@ -107,9 +116,13 @@ def test_request_too_early_does_not_change_the_flag(appconfig, make_room):
     assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
 
     # AppConfig's documented answer to a GetLatestConfiguration inside the session's minimum interval.
-    stubber.add_client_error("get_latest_configuration", service_error_code="BadRequestException",
-                             service_message="Request too early", http_status_code=400,
-                             expected_params={"ConfigurationToken": "t1"})
+    stubber.add_client_error(
+        "get_latest_configuration",
+        service_error_code="BadRequestException",
+        service_message="Request too early",
+        http_status_code=400,
+        expected_params={"ConfigurationToken": "t1"},
+    )
     clock.now += 15
     session.poll()
     assert session.get_configuration() == OFF
@@ -125,10 +138,16 @@ def test_request_too_early_does_not_change_the_flag(appconfig, make_room):
     assert room.enter(DROP, 3).status == "WAITING"
 
 
-def test_a_cold_start_with_appconfig_silent_answers_the_default_after_a_short_wait(make_room, hung_endpoint, monkeypatch):
+def test_a_cold_start_with_appconfig_silent_answers_the_default_after_a_short_wait(
+    make_room, hung_endpoint, monkeypatch
+):
     monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", hung_endpoint)
-    room = make_room(VQ_APPCONFIG_APPLICATION="vq", VQ_APPCONFIG_ENVIRONMENT="live", VQ_APPCONFIG_PROFILE="flags",
-                     VQ_QUEUE_ENABLED_DEFAULT="false")
+    room = make_room(
+        VQ_APPCONFIG_APPLICATION="vq",
+        VQ_APPCONFIG_ENVIRONMENT="live",
+        VQ_APPCONFIG_PROFILE="flags",
+        VQ_QUEUE_ENABLED_DEFAULT="false",
+    )
     started = time.monotonic()
     assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
     assert time.monotonic() - started < 2  # the first fetch is waited for 0.1 s; loaded machines are slow
@@ -169,8 +188,10 @@ def test_a_deployment_switches_the_queue_off_and_on_at_the_next_request(make_roo
         assert room.enter(DROP, 3).status == expected
         took.append((time.perf_counter() - started) * 1000)
     took.sort()
-    print(f"\nflag deployment to the first request answering by it: min {took[0]:.1f} ms, median "
-          f"{(took[4] + took[5]) / 2:.1f} ms, max {took[-1]:.1f} ms (10 flips)")
+    print(
+        f"\nflag deployment to the first request answering by it: min {took[0]:.1f} ms, median "
+        f"{(took[4] + took[5]) / 2:.1f} ms, max {took[-1]:.1f} ms (10 flips)"
+    )
 
 
 def test_the_stored_configuration_is_read_once_per_container_and_flip(make_room, flags_on, monkeypatch):
@@ -191,8 +212,17 @@ def test_per_target_rules_and_rollout_come_through_the_store_whole(make_room, fl
     room = make_room(VQ_FLAGS_FILE=flags_on)
     room.configure(DROP, parse_config(b'{"batch": 5}'))
     room.configure(OTHER, parse_config(b'{"batch": 5}'))
-    only_drop_off = {"virtual_queue_enabled": {"default": True, "rules": {"drop 42 off": {
-        "when_match": False, "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}]}}}}
+    only_drop_off = {
+        "virtual_queue_enabled": {
+            "default": True,
+            "rules": {
+                "drop 42 off": {
+                    "when_match": False,
+                    "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}],
+                }
+            },
+        }
+    }
     sync(extension_event(only_drop_off), lambda: room.store, never_read)
     assert room.enter(OTHER, 1).status == "WAITING"
     assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
@@ -232,8 +262,9 @@ def test_a_rollback_publishes_the_configuration_appconfig_serves_again(make_room
     assert room.enter(DROP, 1).status == "WAITING"
 
 
-@pytest.mark.parametrize("event", [extension_event(["not", "an", "object"]), {"Type": "PreStartDeployment",
-                                                                                "Content": "%%%"}])
+@pytest.mark.parametrize(
+    "event", [extension_event(["not", "an", "object"]), {"Type": "PreStartDeployment", "Content": "%%%"}]
+)
 def test_a_bad_configuration_is_not_published_and_never_fails_the_deployment(make_room, flags_on, event):
     room = make_room(VQ_FLAGS_FILE=flags_on)
     room.configure(DROP, parse_config(b'{"batch": 5}'))
@@ -248,7 +279,12 @@ def test_redis_down_never_fails_the_deployment():
 
 @pytest.mark.parametrize("fail_mode, expected", [("open", "DIRECT_ADMITTED"), ("closed", 503)])
 def test_with_redis_down_the_queue_switched_off_still_lets_users_in_and_on_follows_the_outage_rule(
-    api, env, flags_on, fail_mode, expected, tmp_path,
+    api,
+    env,
+    flags_on,
+    fail_mode,
+    expected,
+    tmp_path,
 ):
     off = tmp_path / "off.json"
     off.write_text(json.dumps(OFF))

@@ -32,9 +32,15 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
     env = {k: v for k, v in os.environ.items() if not k.startswith("VQ_") and k != "REDIS_URL"}
     env["VQ_LOCAL_PORT"] = str(port)
     env["VQ_TICK_MS"] = "500"
-    command = [sys.executable, str(ROOT / "infra" / "local" / "stack.py"), "--shop-port", str(shop_port), "--stock", "1"]
-    stack = subprocess.Popen(command, cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = [
+        sys.executable,
+        str(ROOT / "infra" / "local" / "stack.py"),
+        "--shop-port",
+        str(shop_port),
+        "--stock",
+        "1",
+    ]
+    stack = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     try:
         deadline = time.monotonic() + 60
@@ -91,10 +97,19 @@ def start_stack(**popen):
     """`make run`'s stack on free ports with its own embedded Valkey; (process, API port, Redis port, printed)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VQ_") and k != "REDIS_URL"}
-    command = [sys.executable, str(ROOT / "infra" / "local" / "stack.py"), "--port", str(port),
-               "--shop-port", str(free_port()), "--workers", "1"]
-    stack = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, **popen)
+    command = [
+        sys.executable,
+        str(ROOT / "infra" / "local" / "stack.py"),
+        "--port",
+        str(port),
+        "--shop-port",
+        str(free_port()),
+        "--workers",
+        "1",
+    ]
+    stack = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
+    )
     lines = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "Ctrl-C stops everything" not in "".join(lines[-1:]):
@@ -138,8 +153,9 @@ def test_local_stack_says_so_and_stops_when_its_valkey_dies():
 
 def admitted_token(port, entries, user):
     """Enter and poll until admitted (the pump ticks every 500 ms); the entry token."""
-    entered = json.load(urllib.request.urlopen(urllib.request.Request(
-        entries, method="POST", headers={"X-User-Id": user}), timeout=5))
+    entered = json.load(
+        urllib.request.urlopen(urllib.request.Request(entries, method="POST", headers={"X-User-Id": user}), timeout=5)
+    )
     headers = {"X-User-Id": user, "X-Queue-Ticket": entered["queueTicket"]}
     poll = urllib.request.Request(entries + "/me", headers=headers)
     deadline = time.monotonic() + 10
@@ -154,8 +170,9 @@ def admitted_token(port, entries, user):
 def buy(port, user, token):
     """POST the limited drop's order route; (status, the order id or the refusal's code)."""
     headers = {"X-User-Id": user, "X-Entry-Token": token, "Content-Type": "application/json"}
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/limited-drops/1/orders", data=b"{}", method="POST",
-                                     headers=headers)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/limited-drops/1/orders", data=b"{}", method="POST", headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
             return answer.status, json.load(answer)["orderId"]
@@ -171,8 +188,11 @@ def test_concurrent_requests_are_never_answered_with_each_others_state(env):
         entries = f"{stack.api_url}/virtual-queues/limited-drop/1/entries"
 
         def enter_and_poll(user):
-            entered = json.load(urllib.request.urlopen(urllib.request.Request(
-                entries, method="POST", headers={"X-User-Id": str(user)}), timeout=10))
+            entered = json.load(
+                urllib.request.urlopen(
+                    urllib.request.Request(entries, method="POST", headers={"X-User-Id": str(user)}), timeout=10
+                )
+            )
             headers = {"X-User-Id": str(user), "X-Queue-Ticket": entered.get("queueTicket", "")}
             polled = urllib.request.urlopen(urllib.request.Request(entries + "/me", headers=headers), timeout=10)
             return entered, json.load(polled)
@@ -189,8 +209,9 @@ def test_demo_shop_honours_idempotency_keys_like_a_real_shop_api():
     shop = DemoShop(stock=5).start()
 
     def order(user, key, path="/limited-drops/1/orders"):
-        request = urllib.request.Request(shop.url + path, data=b"{}", method="POST",
-                                         headers={"X-User-Id": str(user), "Idempotency-Key": key})
+        request = urllib.request.Request(
+            shop.url + path, data=b"{}", method="POST", headers={"X-User-Id": str(user), "Idempotency-Key": key}
+        )
         try:
             with urllib.request.urlopen(request, timeout=5) as answer:
                 return answer.status, json.loads(answer.read())

@@ -11,8 +11,8 @@ entry token: the answers then also cover WAITING, ADMITTED, PRE_QUEUE, NOT_IN_QU
 
 from __future__ import annotations
 
-import json
 import itertools
+import json
 import threading
 import time
 from collections import Counter
@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import schemathesis
 import yaml
-from openapi_spec_validator import validate
 from chalice.config import Config
 from chalice.local import LocalDevServer
 from hypothesis import HealthCheck, settings
+from openapi_spec_validator import validate
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
 from chalicelib import errors, runtime
@@ -76,11 +76,13 @@ def app_operations() -> dict[tuple[str, str], list[str]]:
 
     return {
         (path, method): sorted(entry.view_args)
-        for path, entries in app.routes.items() for method, entry in entries.items()
+        for path, entries in app.routes.items()
+        for method, entry in entries.items()
     }
 
 
 # --- the spec and the app cannot drift ---
+
 
 def test_every_route_of_the_app_is_in_the_spec_with_its_methods_and_nothing_else():
     assert sorted(spec_operations()) == sorted(app_operations())
@@ -101,6 +103,7 @@ def test_the_spec_names_the_target_types_the_app_knows():
 
 
 # --- the spec serves client generators ---
+
 
 def test_the_spec_is_valid_openapi():
     validate(spec())  # openapi-spec-validator: the OpenAPI 3.0 schema and its own semantic checks
@@ -132,8 +135,14 @@ def test_the_linter_finds_what_it_looks_for():
     document["paths"]["/events/{event_id}/seats/select"]["post"]["security"] = [{"bearer": []}]
     document["components"]["schemas"]["Orphan"] = {"type": "string"}
     rules = sorted(problem.split(":")[0] for problem in lint(document))
-    assert rules == ["no-empty-servers", "no-unused-components", "operation-2xx-response", "operation-2xx-response",
-                     "security-defined", "security-defined"]
+    assert rules == [
+        "no-empty-servers",
+        "no-unused-components",
+        "operation-2xx-response",
+        "operation-2xx-response",
+        "security-defined",
+        "security-defined",
+    ]
 
 
 # --- Schemathesis against the running app ---
@@ -163,7 +172,7 @@ def map_case(context, case):
         target = Target(params["queue_type"], int(target_id))
         params["target_id"] = target_id
     else:
-        name, = params
+        (name,) = params
         target = Target("limited-drop" if name == "drop_id" else "ticketing-event", int(target_id))
         params[name] = target_id
     signer = runtime.signer()
@@ -188,7 +197,8 @@ def no_request_data_in_response_headers(ctx, response, case):
     elif isinstance(case.body, str):
         sent.append(case.body)
     sent = [
-        value for value in sent
+        value
+        for value in sent
         if len(value) >= MIN_REFLECTED_CHARS and not any(value in own for own in OWN_HEADER_TEXT)
     ]
     for name, values in response.headers.items():

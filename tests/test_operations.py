@@ -70,22 +70,39 @@ def test_flag_off_admits_directly_and_on_again_queues_within_seconds(make_room, 
 
 
 def test_per_target_override_switches_one_target_off(make_room, flags_file):
-    write_flags(flags_file, rules={"drop 42 off": {"when_match": False, "conditions": [
-        {"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}]}})
+    write_flags(
+        flags_file,
+        rules={
+            "drop 42 off": {
+                "when_match": False,
+                "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}],
+            }
+        },
+    )
     room = make_room(VQ_FLAGS_FILE=flags_file)
     assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
     assert room.enter(OTHER, 1).status == "WAITING"
 
 
 def test_rules_of_the_target_alone_are_evaluated_once_per_target_and_configuration(make_room, flags_file, monkeypatch):
-    write_flags(flags_file, rules={"drop 42 off": {"when_match": False, "conditions": [
-        {"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}]}})
+    write_flags(
+        flags_file,
+        rules={
+            "drop 42 off": {
+                "when_match": False,
+                "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}],
+            }
+        },
+    )
     switch = make_room(VQ_FLAGS_FILE=flags_file).switch
     evaluated = []
     evaluate = switch._flags.evaluate
-    monkeypatch.setattr(switch._flags, "evaluate", lambda **kw: evaluated.append(kw["context"]["target"]) or evaluate(**kw))
-    assert [switch.queue_enabled(target, user) for target in (DROP, OTHER) for user in range(1, 50)] == \
-        [False] * 49 + [True] * 49
+    monkeypatch.setattr(
+        switch._flags, "evaluate", lambda **kw: evaluated.append(kw["context"]["target"]) or evaluate(**kw)
+    )
+    assert [switch.queue_enabled(target, user) for target in (DROP, OTHER) for user in range(1, 50)] == [False] * 49 + [
+        True
+    ] * 49
     assert evaluated == [str(DROP), str(OTHER)]
 
     write_flags(flags_file, default=False)  # a new configuration decides afresh
@@ -94,8 +111,15 @@ def test_rules_of_the_target_alone_are_evaluated_once_per_target_and_configurati
 
 
 def test_decisions_kept_per_target_are_bounded_whatever_targets_callers_name(make_room, flags_file, monkeypatch):
-    write_flags(flags_file, rules={"drop 42 off": {"when_match": False, "conditions": [
-        {"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}]}})
+    write_flags(
+        flags_file,
+        rules={
+            "drop 42 off": {
+                "when_match": False,
+                "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": [str(DROP)]}],
+            }
+        },
+    )
     monkeypatch.setattr(flags, "DECISIONS_KEPT", 10)
     switch = make_room(VQ_FLAGS_FILE=flags_file).switch
     assert not switch.queue_enabled(DROP, 1)
@@ -105,8 +129,18 @@ def test_decisions_kept_per_target_are_bounded_whatever_targets_callers_name(mak
 
 
 def test_percentage_rollout_queues_about_the_share_and_each_user_always_the_same_way(make_room, flags_file):
-    write_flags(flags_file, default=False, rules={"30 percent": {"when_match": True, "conditions": [
-        {"action": "MODULO_RANGE", "key": "user_id", "value": {"BASE": 100, "START": 0, "END": 29}}]}})
+    write_flags(
+        flags_file,
+        default=False,
+        rules={
+            "30 percent": {
+                "when_match": True,
+                "conditions": [
+                    {"action": "MODULO_RANGE", "key": "user_id", "value": {"BASE": 100, "START": 0, "END": 29}}
+                ],
+            }
+        },
+    )
     room = make_room(VQ_FLAGS_FILE=flags_file)
     users = random.Random(7).sample(range(1, 10**12), 2000)
     queued = {user: room.switch.queue_enabled(DROP, user) for user in users}
@@ -131,8 +165,12 @@ def test_appconfig_unreachable_falls_back_to_the_default(make_room, monkeypatch)
     monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    room = make_room(VQ_APPCONFIG_APPLICATION="virtual-queue", VQ_APPCONFIG_ENVIRONMENT="prod",
-                     VQ_APPCONFIG_PROFILE="flags", VQ_QUEUE_ENABLED_DEFAULT="false")
+    room = make_room(
+        VQ_APPCONFIG_APPLICATION="virtual-queue",
+        VQ_APPCONFIG_ENVIRONMENT="prod",
+        VQ_APPCONFIG_PROFILE="flags",
+        VQ_QUEUE_ENABLED_DEFAULT="false",
+    )
     assert type(room.switch.source).__name__ == "AppConfigSession"
     assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
 
@@ -149,7 +187,9 @@ def test_metrics_are_emf_with_the_target_dimension(make_room, capsys):
     for line in emf_lines(capsys.readouterr().out):
         directive = line["_aws"]["CloudWatchMetrics"][0]
         assert directive["Namespace"] == "VirtualQueue"
-        assert ["target"] in [sorted(d) for d in directive["Dimensions"]] or any("target" in d for d in directive["Dimensions"])
+        assert ["target"] in [sorted(d) for d in directive["Dimensions"]] or any(
+            "target" in d for d in directive["Dimensions"]
+        )
         for metric in directive["Metrics"]:
             value = line[metric["Name"]]
             emitted[metric["Name"]] = (value[0] if isinstance(value, list) else value, metric["Unit"], line["target"])
@@ -186,13 +226,23 @@ def test_log_lines_carry_the_request_id_target_and_user(env, logged):
     logger.clear_state()  # what other Lambda functions left in this process's logger
     env(REDIS_URL="redis://127.0.0.1:9")  # the outage warning is the line to look at
     event = {
-        "resource": "/virtual-queues/{queue_type}/{target_id}/entries", "httpMethod": "POST",
-        "path": "/virtual-queues/limited-drop/42/entries", "headers": {"X-User-Id": "7"},
-        "multiValueHeaders": {"X-User-Id": ["7"]}, "queryStringParameters": None,
-        "multiValueQueryStringParameters": None, "stageVariables": None, "body": None, "isBase64Encoded": False,
+        "resource": "/virtual-queues/{queue_type}/{target_id}/entries",
+        "httpMethod": "POST",
+        "path": "/virtual-queues/limited-drop/42/entries",
+        "headers": {"X-User-Id": "7"},
+        "multiValueHeaders": {"X-User-Id": ["7"]},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "stageVariables": None,
+        "body": None,
+        "isBase64Encoded": False,
         "pathParameters": {"queue_type": "limited-drop", "target_id": "42"},
-        "requestContext": {"requestId": "req-4711", "resourcePath": "/virtual-queues/{queue_type}/{target_id}/entries",
-                           "httpMethod": "POST", "stage": "api"},
+        "requestContext": {
+            "requestId": "req-4711",
+            "resourcePath": "/virtual-queues/{queue_type}/{target_id}/entries",
+            "httpMethod": "POST",
+            "stage": "api",
+        },
     }
     answer = app(event, LambdaContext("api_handler", 256))
     assert answer["statusCode"] == 200 and json.loads(answer["body"])["status"] == "DIRECT_ADMITTED"
@@ -272,8 +322,9 @@ def test_rotated_secret_reaches_a_running_signer(monkeypatch):
     signer = runtime.signer()
     old = signer.mint_entry_token(DROP, 1, time.time(), 300)
 
-    client.put_secret_value(SecretId="vq/keys", SecretString=json.dumps(
-        {"activeKid": "k2", "keys": {"k1": "s" * 40, "k2": "t" * 40}}))
+    client.put_secret_value(
+        SecretId="vq/keys", SecretString=json.dumps({"activeKid": "k2", "keys": {"k1": "s" * 40, "k2": "t" * 40}})
+    )
     time.sleep(1.1)
     signer.mint_entry_token(DROP, 1, time.time(), 300)  # due: starts the refresh in the background
     signer.refreshing.wait(10)

@@ -87,14 +87,20 @@ def test_package_holds_the_waiting_room_page(package):
 def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, prefix, cluster_mode):
     zipfile.ZipFile(package).extractall(tmp_path)
     env = {
-        "PATH": os.environ["PATH"], "REDIS_URL": redis_url, "VQ_KEY_PREFIX": prefix,
+        "PATH": os.environ["PATH"],
+        "REDIS_URL": redis_url,
+        "VQ_KEY_PREFIX": prefix,
         "VQ_REDIS_CLUSTER": "true" if cluster_mode else "false",
-        "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"], "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
+        "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
+        "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
         "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",  # the target opens on its first enter, as locally
-        "POWERTOOLS_TRACE_DISABLED": "1", "PYTHONNOUSERSITE": "1",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "PYTHONNOUSERSITE": "1",
     }
     # -I -S: no site-packages, so nothing from this checkout or the virtualenv's site-packages can stand in for the package.
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "WAITING WAITING 1"
 
@@ -114,11 +120,20 @@ def test_package_holds_bytecode_that_a_read_only_import_uses(package, tmp_path):
     zipfile.ZipFile(package).extractall(tmp_path)
     for path in [tmp_path, *tmp_path.rglob("*")]:
         path.chmod(path.stat().st_mode & ~0o222)
-    env = {"PATH": os.environ["PATH"], "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
-           "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"], "POWERTOOLS_TRACE_DISABLED": "1"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
+        "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }
     try:
-        result = subprocess.run([sys.executable, "-I", "-S", "-v", "-c", "import sys; sys.path.insert(0, '.'); import app"],
-                                cwd=tmp_path, env=env, capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-I", "-S", "-v", "-c", "import sys; sys.path.insert(0, '.'); import app"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     finally:
         for path in [tmp_path, *tmp_path.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o200)  # so that pytest can clean up

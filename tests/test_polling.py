@@ -55,8 +55,11 @@ def test_the_pre_queue_wakes_just_after_the_opening_spread_over_seconds():
 def test_an_obedient_client_that_loses_a_poll_is_never_evicted():
     for heartbeat_s in (3, 4, 10, 60, 120, 3600):
         longest = max(
-            max(polling.waiting_poll_after_ms(eta, heartbeat_s, HIGH, newcomer)
-                for eta in (None, 0.0, 5.0, 1e6) for newcomer in (False, True)),
+            max(
+                polling.waiting_poll_after_ms(eta, heartbeat_s, HIGH, newcomer)
+                for eta in (None, 0.0, 5.0, 1e6)
+                for newcomer in (False, True)
+            ),
             polling.pre_queue_poll_after_ms(polling.longest_interval_ms(heartbeat_s), heartbeat_s, LOW)
             - polling.longest_interval_ms(heartbeat_s),  # from the opening on, when the draw starts the heartbeat
         )
@@ -98,8 +101,14 @@ def test_pre_queue_answers_carry_the_advice_and_admitted_ones_none(make_room):
     assert admitted["status"] == "ADMITTED" and "pollAfterMs" not in admitted
 
 
-@pytest.mark.parametrize("config", [TargetConfig(batch=1, tick_ms=60_000), TargetConfig(paused=True),
-                                    TargetConfig(batch=1, tick_ms=60_000, paused=True)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        TargetConfig(batch=1, tick_ms=60_000),
+        TargetConfig(paused=True),
+        TargetConfig(batch=1, tick_ms=60_000, paused=True),
+    ],
+)
 def test_no_target_configuration_stretches_the_advice_past_the_heartbeat(make_room, config):
     # A target has no heartbeat of its own: its pace and pause change the ETA, never the bound the one
     # heartbeat timeout (which also evicts) sets on the advice.

@@ -46,7 +46,10 @@ def only(report, target=DROP) -> TargetTick:
 
 
 def test_eight_pumps_with_freezes_admit_exactly_batch_per_elapsed_tick_and_apply_no_tick_twice(
-    env, connect_redis, client, store,
+    env,
+    connect_redis,
+    client,
+    store,
 ):
     batch, tick_ms = 7, 100
     # Catch-up covers any gap the freezes leave (2 s), so the total must come out exact.
@@ -325,7 +328,10 @@ def test_each_tick_emits_the_gauges_of_each_target(env, store, capsys):
     assert len(gauges) == 1
     assert gauges[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "VirtualQueue"
     assert {name: gauges[0][name] for name in ("QueueLength", "AdmittedMark", "Admitted", "Evicted")} == {
-        "QueueLength": [7.0], "AdmittedMark": [3.0], "Admitted": [3.0], "Evicted": [0.0],
+        "QueueLength": [7.0],
+        "AdmittedMark": [3.0],
+        "Admitted": [3.0],
+        "Evicted": [0.0],
     }
 
 
@@ -377,7 +383,10 @@ def test_the_lambda_entry_point_runs_the_requested_ticks(env, api, client, store
 def test_the_lambda_entry_point_takes_the_scheduled_event_as_run_until_the_deadline(env, api):
     env(VQ_TICK_MS=100)
     event = api.events.generate_cw_event(
-        source="aws.events", detail_type="Scheduled Event", detail={}, resources=["arn:aws:events:rule/pump"],
+        source="aws.events",
+        detail_type="Scheduled Event",
+        detail={},
+        resources=["arn:aws:events:rule/pump"],
     )
 
     # The test client's Lambda context has about 3 s left: one tick, then it is time to stop.

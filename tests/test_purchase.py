@@ -1,7 +1,6 @@
 """The purchase routes: one purchase per entry token, given back when the downstream fails (real Redis, real HTTP)."""
 
 import json
-import socket
 import threading
 import time
 
@@ -12,7 +11,7 @@ from chalicelib import runtime
 from chalicelib.answers import Consumption
 from chalicelib.config import load_settings
 from chalicelib.errors import EntryTokenUsed, QueueBypassDenied
-from chalicelib.purchase import PurchaseGate, PurchaseRequest
+from chalicelib.purchase import PurchaseGate
 from chalicelib.store import CLOCK_SKEW_MARGIN_MS, QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken
@@ -43,6 +42,7 @@ def code(response):
 
 # --- over HTTP ---
 
+
 def test_no_token_is_403_and_never_reaches_the_downstream(api, origin, capsys):
     denied = buy(api, None)
     assert denied.status_code == 403 and code(denied) == "QUEUE_BYPASS_DENIED"
@@ -51,13 +51,16 @@ def test_no_token_is_403_and_never_reaches_the_downstream(api, origin, capsys):
     assert counted(capsys.readouterr().out, "BypassDenied") == [{"service": "virtual-queue"}]
 
 
-@pytest.mark.parametrize("path, user, target", [
-    ("/limited-drops/43/orders", "7", DROP),                # another target id
-    ("/events/42/seats/select", "7", DROP),                 # a drop token on the seat route
-    ("/limited-drops/42/orders", "8", DROP),                # another user
-    ("/limited-drops/042/orders", "7", DROP),               # not the canonical id: denied as the authorizer would
-    ("/limited-drops/x/orders", "7", DROP),
-])
+@pytest.mark.parametrize(
+    "path, user, target",
+    [
+        ("/limited-drops/43/orders", "7", DROP),  # another target id
+        ("/events/42/seats/select", "7", DROP),  # a drop token on the seat route
+        ("/limited-drops/42/orders", "8", DROP),  # another user
+        ("/limited-drops/042/orders", "7", DROP),  # not the canonical id: denied as the authorizer would
+        ("/limited-drops/x/orders", "7", DROP),
+    ],
+)
 def test_token_of_another_target_or_user_is_denied(api, origin, signer, path, user, target):
     denied = buy(api, mint(signer, target), user=user, path=path)
     assert denied.status_code == 403 and code(denied) == "QUEUE_BYPASS_DENIED"
@@ -216,6 +219,7 @@ def test_redis_unreachable_with_fail_mode_closed_refuses_without_the_downstream(
 
 # --- the logic, called directly ---
 
+
 def test_50_concurrent_purchases_with_one_token_reach_the_downstream_once(gate, origin, signer):
     token = mint(signer)
     outcomes = buy_at_once(gate, request_for(token), 50)
@@ -360,15 +364,26 @@ class RoundTrips:
         return {name: self.sent[name] - before[name] for name in self.sent}
 
 
-
-
 # --- the queue switched off (feature flag) ---
 
 
 def flag_off_for(tmp_path, env, targets):
     flags = tmp_path / "flags.json"
-    flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"off": {
-        "when_match": False, "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": targets}]}}}}))
+    flags.write_text(
+        json.dumps(
+            {
+                "virtual_queue_enabled": {
+                    "default": True,
+                    "rules": {
+                        "off": {
+                            "when_match": False,
+                            "conditions": [{"action": "KEY_IN_VALUE", "key": "target", "value": targets}],
+                        }
+                    },
+                }
+            }
+        )
+    )
     env(VQ_FLAGS_FILE=flags)
 
 
@@ -390,7 +405,11 @@ def test_with_the_queue_off_the_authorizer_allows_without_token(api, env, tmp_pa
     flag_off_for(tmp_path, env, [str(DROP)])
     arn = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/api/POST/limited-drops/42/orders"
     policy = api.lambda_.invoke("purchase_authorizer", {"methodArn": arn, "headers": {"X-User-Id": "7"}}).payload
-    assert policy["policyDocument"]["Statement"][0] == {"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": arn}
+    assert policy["policyDocument"]["Statement"][0] == {
+        "Action": "execute-api:Invoke",
+        "Effect": "Allow",
+        "Resource": arn,
+    }
     assert policy["context"] == {"userId": "7", "targetType": "limited-drop", "targetId": "42", "tokenId": ""}
     other = arn.replace("limited-drops/42", "limited-drops/43")
     denied = api.lambda_.invoke("purchase_authorizer", {"methodArn": other, "headers": {"X-User-Id": "7"}}).payload

@@ -279,7 +279,9 @@ def test_each_client_call_is_one_round_trip(room, client, monkeypatch):
     ticket = room.enter(DROP, 2).queue_ticket
     sends = []
     original = Connection.send_packed_command
-    monkeypatch.setattr(Connection, "send_packed_command", lambda conn, *a, **kw: (sends.append(1), original(conn, *a, **kw))[1])
+    monkeypatch.setattr(
+        Connection, "send_packed_command", lambda conn, *a, **kw: (sends.append(1), original(conn, *a, **kw))[1]
+    )
 
     def round_trips(call):
         sends.clear()

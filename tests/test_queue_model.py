@@ -21,7 +21,8 @@ import dataclasses
 import time
 import uuid
 
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from chalicelib import runtime
@@ -294,8 +295,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     def request(self, token):
         return PurchaseRequest(
-            target_type=DROP.type, target_id=str(DROP.id), entry_token=token.text, user_id=str(token.user_id),
-            authorizer=None, body=b"{}", content_type="application/json",
+            target_type=DROP.type,
+            target_id=str(DROP.id),
+            entry_token=token.text,
+            user_id=str(token.user_id),
+            authorizer=None,
+            body=b"{}",
+            content_type="application/json",
         )
 
     # --- after every step ---
@@ -328,16 +334,27 @@ class QueueMachine(RuleBasedStateMachine):
 
 def test_the_queue_behaves_like_its_model(env, connect_redis, origin):
     env(
-        VQ_TICK_MS=TICK_MS, VQ_BATCH_SIZE=BATCH, VQ_MAX_WAITING=CAPACITY, VQ_CATCHUP_TICKS=CATCHUP,
-        VQ_HEARTBEAT_TIMEOUT_S=TIMEOUT_S, VQ_TOKEN_TTL_S=86_400, VQ_PUMP_LEASE_TICKS=3,
+        VQ_TICK_MS=TICK_MS,
+        VQ_BATCH_SIZE=BATCH,
+        VQ_MAX_WAITING=CAPACITY,
+        VQ_CATCHUP_TICKS=CATCHUP,
+        VQ_HEARTBEAT_TIMEOUT_S=TIMEOUT_S,
+        VQ_TOKEN_TTL_S=86_400,
+        VQ_PUMP_LEASE_TICKS=3,
     )
     QueueMachine.client = connect_redis()
     QueueMachine.base_settings = load_settings()
     QueueMachine.origin = origin
     QueueMachine.runs = 0
     started = time.monotonic()
-    run_state_machine_as_test(QueueMachine, settings=settings(
-        max_examples=MAX_EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    ))
+    run_state_machine_as_test(
+        QueueMachine,
+        settings=settings(
+            max_examples=MAX_EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
     print(f"model-based: {QueueMachine.runs} runs of up to {STEPS} steps in {time.monotonic() - started:.1f} s")

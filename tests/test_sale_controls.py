@@ -30,8 +30,11 @@ def poll(api, user, ticket, path=ENTRIES):
 
 
 def put_config(api, body, target=DROP):
-    return api.http.put(f"/virtual-queues/{target.type}/{target.id}/config",
-                        headers={"Content-Type": "application/json"}, body=json.dumps(body))
+    return api.http.put(
+        f"/virtual-queues/{target.type}/{target.id}/config",
+        headers={"Content-Type": "application/json"},
+        body=json.dumps(body),
+    )
 
 
 def pump_ticks(room, ticks):
@@ -48,7 +51,9 @@ def closed_api(env, api):
     return api
 
 
-def test_enter_on_an_unknown_target_is_404_and_creates_no_key_no_registration_no_metric(closed_api, client, prefix, capsys):
+def test_enter_on_an_unknown_target_is_404_and_creates_no_key_no_registration_no_metric(
+    closed_api, client, prefix, capsys
+):
     capsys.readouterr()
     answer = enter(closed_api, 7)
     assert answer.status_code == 404 and answer.json_body["code"] == "UNKNOWN_TARGET"
@@ -60,8 +65,11 @@ def test_enter_on_an_unknown_target_is_404_and_creates_no_key_no_registration_no
 
 def test_status_with_a_genuine_ticket_stats_and_config_of_an_unknown_target_are_404(closed_api, client, prefix):
     ticket = runtime.signer().issue_ticket(DROP, 7, 1, int(time.time() * 1000)).text
-    for answer in (poll(closed_api, 7, ticket), closed_api.http.get("/virtual-queues/limited-drop/42/stats"),
-                   closed_api.http.get("/virtual-queues/limited-drop/42/config")):
+    for answer in (
+        poll(closed_api, 7, ticket),
+        closed_api.http.get("/virtual-queues/limited-drop/42/stats"),
+        closed_api.http.get("/virtual-queues/limited-drop/42/config"),
+    ):
         assert answer.status_code == 404 and answer.json_body["code"] == "UNKNOWN_TARGET"
     assert keys_under(client, prefix) == []
 
@@ -113,7 +121,9 @@ def test_resuming_goes_on_in_the_same_order_at_the_rate_without_catching_up(make
     # One tick's batch (two, should a loaded machine slip a tick), not the paused ticks made up for (10).
     assert run.admitted in (2, 4)
     statuses = {user: room.status(DROP, user, tickets[user]).status for user in tickets}
-    assert [user for user, status in sorted(statuses.items()) if status == "ADMITTED"] == list(range(1, run.admitted + 1))
+    assert [user for user, status in sorted(statuses.items()) if status == "ADMITTED"] == list(
+        range(1, run.admitted + 1)
+    )
 
 
 # --- sold out ---
@@ -160,7 +170,8 @@ def test_a_pre_queued_user_hears_sold_out_too(make_room):
 
 
 def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_answered_stays_used(
-        make_room, origin, capsys):
+    make_room, origin, capsys
+):
     from tests.support.buying import mint, request_for
 
     room = make_room()
@@ -173,7 +184,9 @@ def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_an
     origin.answer_headers = {"X-Queue-Sold-Out": "true"}
     capsys.readouterr()
     assert runtime.purchase_gate().purchase(request_for(mint(runtime.signer(), user=8), user="8")).status == 409
-    assert counted(capsys.readouterr().out, "SoldOutByShop") == [{"target": "limited-drop:42", "service": "virtual-queue"}]
+    assert counted(capsys.readouterr().out, "SoldOutByShop") == [
+        {"target": "limited-drop:42", "service": "virtual-queue"}
+    ]
     assert room.config(DROP)["config"] == {"soldOut": True}
     assert room.status(DROP, 2, tickets[2]).status == "SOLD_OUT"
     with pytest.raises(QueueSoldOut):
@@ -195,8 +208,9 @@ def test_a_direct_entry_token_for_an_unknown_target_buys_nothing(env, origin, cl
         runtime.waiting_room().enter(DROP, 7)
 
 
-def test_with_the_queue_off_an_unknown_target_is_still_404_and_a_known_one_lets_users_in(closed_api, env, tmp_path,
-                                                                                          capsys):
+def test_with_the_queue_off_an_unknown_target_is_still_404_and_a_known_one_lets_users_in(
+    closed_api, env, tmp_path, capsys
+):
     off = tmp_path / "off.json"
     off.write_text(json.dumps({"virtual_queue_enabled": {"default": False}}))
     env(VQ_FLAGS_FILE=off)

@@ -3,8 +3,6 @@ half the configured rate, a multiplicative decrease past the headroom (before th
 to a plateau under the capacity the shop last showed, a small probe past it, an additive increase beyond, never above
 the configured rate."""
 
-import time
-
 import pytest
 
 from chalicelib import runtime
@@ -12,7 +10,6 @@ from chalicelib.pump import Pump
 from chalicelib.shop_health import FollowRules, Purchase, health
 from chalicelib.target_config import TargetConfig, parse_config
 from chalicelib.targets import Target
-from tests.support.observed import emitted
 from tests.support.ticks import server_ms, wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
@@ -66,8 +63,10 @@ def cut_to(share, n=AT_THE_RATE):
 def running_at(room, client, batch, capacity=0, changed_at=0, cut_at=0):
     """The target's rate as the pump last set it: `batch` a tick, `capacity` as the shop last showed it (0: not
     seen), by default its last change and cut long enough ago that every purchase noted counts."""
-    client.hset(room.store.keys(DROP).health,
-                mapping={"batch": batch, "changed_at": changed_at, "capacity": capacity, "cut_at": cut_at})
+    client.hset(
+        room.store.keys(DROP).health,
+        mapping={"batch": batch, "changed_at": changed_at, "capacity": capacity, "cut_at": cut_at},
+    )
 
 
 def test_a_sale_opens_at_half_the_configured_rate(room, client):
@@ -270,12 +269,15 @@ def test_healthy_again_the_rate_comes_back_at_once_to_the_plateau_under_the_capa
     assert allowed(room, client) == pytest.approx(plateau + 10 * FollowRules().probe)
 
 
-@pytest.mark.parametrize("rate, growth", [
-    (7.6, "probe"),  # on the plateau
-    (8.7, "probe"),  # past the capacity, by less than a tenth
-    (8.9, "increase"),  # a tenth past it: the shop handles more than it showed
-    (3, "increase"),  # no capacity seen
-])
+@pytest.mark.parametrize(
+    "rate, growth",
+    [
+        (7.6, "probe"),  # on the plateau
+        (8.7, "probe"),  # past the capacity, by less than a tenth
+        (8.9, "increase"),  # a tenth past it: the shop handles more than it showed
+        (3, "increase"),  # no capacity seen
+    ],
+)
 def test_from_the_plateau_to_a_tenth_past_the_capacity_the_rate_grows_only_by_a_probe(room, client, rate, growth):
     room.configure(DROP, TargetConfig(slo_p95_ms=100))
     running_at(room, client, rate, capacity=8 if rate > 3 else 0)
@@ -365,11 +367,21 @@ def test_health_judges_only_the_window():
     assert health([], now) == {"purchases": 0, "p95Ms": None, "errorRate": None}
 
 
-@pytest.mark.parametrize("body", [
-    b'{"originSlo": {}}', b'{"originSlo": {"p95Ms": 0}}', b'{"originSlo": {"p95Ms": 1.5}}',
-    b'{"originSlo": {"errorRate": 1.5}}', b'{"originSlo": {"errorRate": "0.1"}}', b'{"originSlo": {"p99Ms": 5}}',
-    b'{"originSlo": 5}', b'{"paused": 1}', b'{"soldOut": "true"}', b'{"originSlo": {"errorRate": NaN}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"originSlo": {}}',
+        b'{"originSlo": {"p95Ms": 0}}',
+        b'{"originSlo": {"p95Ms": 1.5}}',
+        b'{"originSlo": {"errorRate": 1.5}}',
+        b'{"originSlo": {"errorRate": "0.1"}}',
+        b'{"originSlo": {"p99Ms": 5}}',
+        b'{"originSlo": 5}',
+        b'{"paused": 1}',
+        b'{"soldOut": "true"}',
+        b'{"originSlo": {"errorRate": NaN}}',
+    ],
+)
 def test_bad_sale_controls_are_refused(body):
     from chalicelib.errors import InvalidArgument
 

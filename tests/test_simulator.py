@@ -15,8 +15,17 @@ from infra.local.stack import ROOT
 
 @pytest.mark.slow
 def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, prefix, tmp_path):
-    command = [sys.executable, str(ROOT / "infra" / "sim" / "simulate.py"), "--users", "5000", "--out", str(tmp_path),
-               "--key-prefix", prefix, "--no-progress"]
+    command = [
+        sys.executable,
+        str(ROOT / "infra" / "sim" / "simulate.py"),
+        "--users",
+        "5000",
+        "--out",
+        str(tmp_path),
+        "--key-prefix",
+        prefix,
+        "--no-progress",
+    ]
     # The `env` fixture has put this test's Redis in os.environ: the simulator's stack uses it.
     run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
     assert (tmp_path / "report.json").exists(), run.stdout + run.stderr
@@ -53,8 +62,21 @@ def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, pre
 
 @pytest.mark.slow
 def test_the_http_transport_runs_the_same_sale_through_the_local_api(env, prefix, tmp_path):
-    command = [sys.executable, str(ROOT / "infra" / "sim" / "simulate.py"), "--users", "400", "--stock", "300",
-               "--transport", "http", "--out", str(tmp_path), "--key-prefix", prefix, "--no-progress"]
+    command = [
+        sys.executable,
+        str(ROOT / "infra" / "sim" / "simulate.py"),
+        "--users",
+        "400",
+        "--stock",
+        "300",
+        "--transport",
+        "http",
+        "--out",
+        str(tmp_path),
+        "--key-prefix",
+        prefix,
+        "--no-progress",
+    ]
     run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["parameters"]["transport"] == "http" and "transport http" in run.stdout

@@ -12,30 +12,48 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-FUNCTIONS = {"APIHandler": "ApiHandler", "PurchaseAuthorizer": "PurchaseAuthorizer",
-             "AdmissionPump": "AdmissionPump", "FlagSync": "FlagSync"}
+FUNCTIONS = {
+    "APIHandler": "ApiHandler",
+    "PurchaseAuthorizer": "PurchaseAuthorizer",
+    "AdmissionPump": "AdmissionPump",
+    "FlagSync": "FlagSync",
+}
 CHECKOV = Path(sys.executable).parent.parent / "checkov" / "bin" / "checkov"
 
 # checkov's failed checks this stack accepts: (check id, resource) -> why.
 ACCEPTED = {
-    **{("CKV_AWS_116", f"AWS::Serverless::Function.{f}"): reason for f, reason in {
-        "APIHandler": "invoked synchronously by API Gateway: a dead-letter queue only receives failed asynchronous events",
-        "PurchaseAuthorizer": "invoked synchronously by API Gateway: no asynchronous event to keep",
-        "AdmissionPump": "a missed minute is made up by the next start; retries are off on purpose (infra/pump.yaml)",
-        "FlagSync": "a failed publication is logged and the flip reaches containers by polling within 15 s",
-    }.items()},
-    **{("CKV_AWS_115", f"AWS::Serverless::Function.{f}"): reason for f, reason in {
-        "APIHandler": "serves every client call: a reservation would cap the queue below the account's concurrency",
-        "PurchaseAuthorizer": "runs before every purchase: a reservation would cap purchases",
-        "FlagSync": "runs once per flag deployment; a reservation would take from the pool the API needs",
-    }.items()},
-    **{("CKV_AWS_173", f"AWS::Serverless::Function.{f}"): "the environment holds no secret (keys and the AUTH token "
-       "come from Secrets Manager) and Lambda encrypts it at rest with its AWS managed key" for f in FUNCTIONS},
-    **{("CKV_AWS_158", f"AWS::Logs::LogGroup.{g}"): "CloudWatch Logs encrypts every group at rest; the logs carry "
-       "no token, ticket or key, so a customer managed key would add cost and a key policy to keep, not protection"
-       for g in [f"{name}Logs" for name in FUNCTIONS.values()] + ["ApiAccessLogs"]},
-    **{("CKV_AWS_149", f"AWS::SecretsManager::Secret.{s}"): "encrypted with Secrets Manager's AWS managed key; only "
-       "this stack's roles may read it" for s in ("SigningKeys", "RedisAuthToken")},
+    **{
+        ("CKV_AWS_116", f"AWS::Serverless::Function.{f}"): reason
+        for f, reason in {
+            "APIHandler": "invoked synchronously by API Gateway: a dead-letter queue only receives failed asynchronous events",
+            "PurchaseAuthorizer": "invoked synchronously by API Gateway: no asynchronous event to keep",
+            "AdmissionPump": "a missed minute is made up by the next start; retries are off on purpose (infra/pump.yaml)",
+            "FlagSync": "a failed publication is logged and the flip reaches containers by polling within 15 s",
+        }.items()
+    },
+    **{
+        ("CKV_AWS_115", f"AWS::Serverless::Function.{f}"): reason
+        for f, reason in {
+            "APIHandler": "serves every client call: a reservation would cap the queue below the account's concurrency",
+            "PurchaseAuthorizer": "runs before every purchase: a reservation would cap purchases",
+            "FlagSync": "runs once per flag deployment; a reservation would take from the pool the API needs",
+        }.items()
+    },
+    **{
+        ("CKV_AWS_173", f"AWS::Serverless::Function.{f}"): "the environment holds no secret (keys and the AUTH token "
+        "come from Secrets Manager) and Lambda encrypts it at rest with its AWS managed key"
+        for f in FUNCTIONS
+    },
+    **{
+        ("CKV_AWS_158", f"AWS::Logs::LogGroup.{g}"): "CloudWatch Logs encrypts every group at rest; the logs carry "
+        "no token, ticket or key, so a customer managed key would add cost and a key policy to keep, not protection"
+        for g in [f"{name}Logs" for name in FUNCTIONS.values()] + ["ApiAccessLogs"]
+    },
+    **{
+        ("CKV_AWS_149", f"AWS::SecretsManager::Secret.{s}"): "encrypted with Secrets Manager's AWS managed key; only "
+        "this stack's roles may read it"
+        for s in ("SigningKeys", "RedisAuthToken")
+    },
     ("CKV_AWS_26", "AWS::SNS::Topic.AlarmTopic"): "carries alarm state changes only, nothing confidential",
     ("CKV_AWS_26", "AWS::SNS::Topic.UserAdmittedNotifications"): "EventBridge cannot publish to a topic encrypted with "
     "SNS's AWS managed key; the events carry ids only (no token, ticket or name), and the topic is off by default",
@@ -49,8 +67,19 @@ ACCEPTED = {
 def test_checkov_finds_only_the_accepted_failures(deployment):
     assert CHECKOV.exists(), f"{CHECKOV} is missing: `make test` installs it (requirements-checkov.txt)"
     result = subprocess.run(
-        [str(CHECKOV), "-f", str(deployment / "sam.json"), "--framework", "cloudformation", "-o", "json", "--quiet",
-         "--compact"], capture_output=True, text=True,
+        [
+            str(CHECKOV),
+            "-f",
+            str(deployment / "sam.json"),
+            "--framework",
+            "cloudformation",
+            "-o",
+            "json",
+            "--quiet",
+            "--compact",
+        ],
+        capture_output=True,
+        text=True,
     )
     report = json.loads(result.stdout)
     failed = {(check["check_id"], check["resource"]) for check in report["results"]["failed_checks"]}
@@ -69,8 +98,11 @@ def test_the_api_writes_json_access_logs_to_a_group_with_retention(resources):
     # The account's API Gateway CloudWatch role is set before the stage that logs (created, or the one given).
     assert api["DependsOn"] == ["ApiGatewayAccount"]
     account = resources["ApiGatewayAccount"]["Properties"]["CloudWatchRoleArn"]["Fn::If"]
-    assert account == ["CreateApiGatewayCloudWatchRole", {"Fn::GetAtt": ["ApiGatewayCloudWatchRole", "Arn"]},
-                       {"Ref": "ApiGatewayCloudWatchRoleArn"}]
+    assert account == [
+        "CreateApiGatewayCloudWatchRole",
+        {"Fn::GetAtt": ["ApiGatewayCloudWatchRole", "Arn"]},
+        {"Ref": "ApiGatewayCloudWatchRoleArn"},
+    ]
     role = resources["ApiGatewayCloudWatchRole"]
     assert role["DeletionPolicy"] == "Retain"  # other APIs of the account may log through it
     assert role["Properties"]["ManagedPolicyArns"][0]["Fn::Sub"].endswith("AmazonAPIGatewayPushToCloudWatchLogs")
@@ -90,8 +122,11 @@ def test_each_function_writes_only_to_its_own_log_group(resources):
     for resource in resources.values():
         if resource["Type"] not in ("AWS::IAM::Policy", "AWS::IAM::Role"):
             continue
-        documents = ([resource["Properties"]["PolicyDocument"]] if resource["Type"] == "AWS::IAM::Policy" else
-                     [p["PolicyDocument"] for p in resource["Properties"].get("Policies", [])])
+        documents = (
+            [resource["Properties"]["PolicyDocument"]]
+            if resource["Type"] == "AWS::IAM::Policy"
+            else [p["PolicyDocument"] for p in resource["Properties"].get("Policies", [])]
+        )
         roles = [r["Ref"] for r in resource["Properties"].get("Roles", [])]
         for statement in (s for d in documents for s in d["Statement"]):
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
@@ -129,6 +164,11 @@ def test_no_tracer_is_built_where_nothing_records_traces(resources):
             assert properties["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "true"
     code = "from chalicelib.observability import tracer; import sys; print(tracer, 'aws_xray_sdk' in sys.modules)"
     env = {"POWERTOOLS_TRACE_DISABLED": "true", "PATH": ""}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                            cwd=Path(__file__).resolve().parent.parent)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert result.stdout.split() == ["None", "False"], result.stderr

@@ -42,12 +42,24 @@ def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
     assert answer.status_code == 200
     got = api.http.get(CONFIG).json_body
     assert got["config"] == {"batch": 7, "tickMs": 500, "opensAt": "2030-01-01T09:00:00.000Z"}
-    assert got["effective"] == {"batch": 7, "tickMs": 500, "maxWaiting": 100_000, "opensAt": "2030-01-01T09:00:00.000Z",
-                                "paused": False, "soldOut": False}
+    assert got["effective"] == {
+        "batch": 7,
+        "tickMs": 500,
+        "maxWaiting": 100_000,
+        "opensAt": "2030-01-01T09:00:00.000Z",
+        "paused": False,
+        "soldOut": False,
+    }
     # PUT replaces: fields left out fall back to the global defaults.
     put(api, {"maxActive": 3})
     assert api.http.get(CONFIG).json_body["effective"] == {
-        "batch": 100, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 3, "paused": False, "soldOut": False}
+        "batch": 100,
+        "tickMs": 2000,
+        "maxWaiting": 100_000,
+        "maxActive": 3,
+        "paused": False,
+        "soldOut": False,
+    }
 
 
 def test_answers_are_utf8_json_with_the_display_name_as_set(api):
@@ -59,14 +71,36 @@ def test_answers_are_utf8_json_with_the_display_name_as_set(api):
 
 
 BAD_BODIES = [
-    {"batch": -1}, {"batch": 0}, {"batch": 10**9}, {"batch": "5"}, {"batch": 5.0}, {"batch": True}, {"batch": None},
-    {"tickMs": 99}, {"tickMs": 60_001}, {"maxWaiting": 0}, {"maxWaiting": [1]}, {"maxActive": -5},
-    {"maxActive": 1e3}, {"opensAt": "2026-12-01"}, {"opensAt": "2026-12-01T11:00:00"}, {"opensAt": "tomorrow"},
-    {"opensAt": 1_800_000_000}, {"opensAt": "2026-13-01T00:00:00Z"}, {"opensAt": "2026-12-01 11:00:00Z"},
-    {"opensAt": "1999-12-31T23:59:59Z"}, {"opensAt": "２０２６-12-01T11:00:00Z"},
+    {"batch": -1},
+    {"batch": 0},
+    {"batch": 10**9},
+    {"batch": "5"},
+    {"batch": 5.0},
+    {"batch": True},
+    {"batch": None},
+    {"tickMs": 99},
+    {"tickMs": 60_001},
+    {"maxWaiting": 0},
+    {"maxWaiting": [1]},
+    {"maxActive": -5},
+    {"maxActive": 1e3},
+    {"opensAt": "2026-12-01"},
+    {"opensAt": "2026-12-01T11:00:00"},
+    {"opensAt": "tomorrow"},
+    {"opensAt": 1_800_000_000},
+    {"opensAt": "2026-13-01T00:00:00Z"},
+    {"opensAt": "2026-12-01 11:00:00Z"},
+    {"opensAt": "1999-12-31T23:59:59Z"},
+    {"opensAt": "２０２６-12-01T11:00:00Z"},
     {"opensAt": "2030-01-01T00:00:00Z", "closesAt": "2030-01-01T00:00:00Z"},
     {"opensAt": "2030-01-02T00:00:00Z", "closesAt": "2030-01-01T00:00:00Z"},
-    {"batch": 5, "colour": "red"}, [], "[1]", "not json", "", "{" * 5000, b"\xff\xfe",
+    {"batch": 5, "colour": "red"},
+    [],
+    "[1]",
+    "not json",
+    "",
+    "{" * 5000,
+    b"\xff\xfe",
 ]
 
 
@@ -82,8 +116,12 @@ def test_bad_configuration_is_400_and_the_old_one_stays(api, body):
 def test_configuration_routes_check_the_target(api):
     assert api.http.get("/virtual-queues/nope/42/config").status_code == 404
     assert put(api, {}).status_code == 200
-    assert api.http.put("/virtual-queues/limited-drop/0/config", body="{}",
-                        headers={"Content-Type": "application/json"}).status_code == 400
+    assert (
+        api.http.put(
+            "/virtual-queues/limited-drop/0/config", body="{}", headers={"Content-Type": "application/json"}
+        ).status_code
+        == 400
+    )
 
 
 def test_parse_config_reads_times_to_the_millisecond():
@@ -144,8 +182,14 @@ def test_stats_report_the_configuration_beside_the_live_figures(room):
     room.configure(DROP, TargetConfig(batch=3, max_active=9))
     room.enter(DROP, 1)
     stats = room.stats(DROP)
-    assert stats["config"] == {"batch": 3, "tickMs": 2000, "maxWaiting": 100_000, "maxActive": 9,
-                               "paused": False, "soldOut": False}
+    assert stats["config"] == {
+        "batch": 3,
+        "tickMs": 2000,
+        "maxWaiting": 100_000,
+        "maxActive": 9,
+        "paused": False,
+        "soldOut": False,
+    }
     assert stats["waitingCount"] == 1 and stats["activeCount"] == 0 and stats["preQueuedCount"] == 0
 
 
@@ -176,7 +220,7 @@ def test_the_draw_is_uniform_over_orders():
     """Chi-square over all 24 orders of a 4-user pre-queue, from 12,000 draws with independent seeds."""
     entrants = [("11", 1), ("22", 2), ("33", 3), ("44", 4)]
     seeds = random.Random(20261129)
-    counts = dict.fromkeys(itertools.permutations("11 22 33 44".split()), 0)
+    counts = dict.fromkeys(itertools.permutations(["11", "22", "33", "44"]), 0)
     draws = 12_000
     for _ in range(draws):
         order = draw_order(seeds.randbytes(32), entrants)

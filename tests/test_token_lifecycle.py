@@ -7,7 +7,7 @@ import time
 import pytest
 
 from chalicelib import runtime
-from chalicelib.errors import EntryTokenUsed, InvalidQueueTicket, QueueBypassDenied, QueueUnavailable
+from chalicelib.errors import EntryTokenUsed, InvalidQueueTicket, QueueBypassDenied
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
@@ -32,8 +32,13 @@ def admit_up_to(room, mark):
 
 def request_for(token):
     return PurchaseRequest(
-        target_type=DROP.type, target_id=str(DROP.id), entry_token=token.text, user_id=str(token.user_id),
-        authorizer=None, body=b'{"sku":"x"}', content_type="application/json",
+        target_type=DROP.type,
+        target_id=str(DROP.id),
+        entry_token=token.text,
+        user_id=str(token.user_id),
+        authorizer=None,
+        body=b'{"sku":"x"}',
+        content_type="application/json",
     )
 
 
@@ -43,6 +48,7 @@ def gate(origin):
 
 
 # --- leaving revokes ---
+
 
 def test_leaving_revokes_the_unused_token_and_frees_its_max_active_slot(room, gate, origin):
     room.configure(DROP, TargetConfig(max_active=1))
@@ -98,6 +104,7 @@ def test_a_revocation_lives_as_long_as_the_token_and_the_margin(room, client):
 
 # --- a ticket belongs to one entry ---
 
+
 def test_an_earlier_entrys_ticket_is_refused_and_changes_nothing(room, client):
     first = room.enter(DROP, 1).queue_ticket
     room.leave(DROP, 1, first)
@@ -135,6 +142,7 @@ def test_waits_count_from_the_entrys_own_time(make_room):
 
 # --- Redis unreachable: one purchase per token per container, written back on recovery ---
 
+
 @pytest.fixture
 def gate_on_own_redis(env, origin, own_redis):
     env(REDIS_URL=own_redis.url, VQ_BREAKER_FAILURES=1, VQ_BREAKER_COOLDOWN_MS=200)
@@ -148,7 +156,11 @@ def another_container(settings):
 
 
 def test_during_an_outage_a_token_buys_once_per_container_and_cannot_buy_after_recovery(
-    gate_on_own_redis, own_redis, origin, capsys, log_lines,
+    gate_on_own_redis,
+    own_redis,
+    origin,
+    capsys,
+    log_lines,
 ):
     gate = gate_on_own_redis
     signer = runtime.signer()
@@ -190,6 +202,7 @@ def test_an_outage_purchase_the_shop_did_not_take_gives_the_token_back(gate_on_o
 
 # --- Redis out of memory: full is not down ---
 
+
 @pytest.fixture
 def full_redis(env, origin, own_redis):
     """The environment on a Redis of its own that refuses every write (maxmemory reached, `noeviction`)."""
@@ -206,8 +219,11 @@ def test_out_of_memory_never_lets_anyone_in_and_is_not_an_outage(full_redis, api
     assert entered.status_code == 503 and entered.json_body["code"] == "QUEUE_UNAVAILABLE"
     assert int(entered.headers["Retry-After"]) >= 1
     token = runtime.signer().mint_entry_token(DROP, 7, time.time(), 300)
-    bought = api.http.post("/limited-drops/42/orders", body=b"{}", headers={
-        "X-Entry-Token": token.text, "X-User-Id": "7", "Content-Type": "application/json"})
+    bought = api.http.post(
+        "/limited-drops/42/orders",
+        body=b"{}",
+        headers={"X-Entry-Token": token.text, "X-User-Id": "7", "Content-Type": "application/json"},
+    )
     assert bought.status_code == 503 and bought.json_body["code"] == "QUEUE_UNAVAILABLE"
     assert origin.requests == []
     for user in range(3, 8):
@@ -220,4 +236,7 @@ def test_out_of_memory_never_lets_anyone_in_and_is_not_an_outage(full_redis, api
     # Reading still works: operators see the line.
     assert api.http.get("/virtual-queues/limited-drop/42/stats").json_body["waitingCount"] == 1
     full_redis.config_set("maxmemory", 0)
-    assert api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "2"}).json_body["status"] == "WAITING"
+    assert (
+        api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "2"}).json_body["status"]
+        == "WAITING"
+    )

@@ -77,12 +77,15 @@ def resigned(token_text: str, edit) -> str:
     return b64(forged) + "." + b64(hmac.new(b"not-the-key" * 4, forged, hashlib.sha256).digest())
 
 
-@pytest.mark.parametrize("edit", [
-    lambda p: p.replace("|42|", "|43|"),
-    lambda p: p.replace("limited-drop", "ticketing-event"),
-    lambda p: p.replace("|7|", "|8|"),
-    lambda p: p.replace(str(int(NOW) + 300), str(int(NOW) + 99999)),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda p: p.replace("|42|", "|43|"),
+        lambda p: p.replace("limited-drop", "ticketing-event"),
+        lambda p: p.replace("|7|", "|8|"),
+        lambda p: p.replace(str(int(NOW) + 300), str(int(NOW) + 99999)),
+    ],
+)
 def test_claims_changed_and_signed_with_another_key_are_refused(token, edit):
     assert signer().read_entry_token(resigned(token.text, edit), NOW) is None
 
@@ -103,20 +106,23 @@ def test_token_of_a_non_active_listed_key_verifies(token):
     assert rotated.mint_entry_token(DROP, 7, NOW, 300).text != token.text
 
 
-@pytest.mark.parametrize("spell", [
-    lambda t: t + "=",
-    lambda t: t.replace(".", "=."),
-    lambda t: " " + t,
-    lambda t: t + "\n",
-    lambda t: t.replace(".", ".."),
-    lambda t: t + ".",
-    lambda t: "." + t,
-    lambda t: t + ".x",
-    lambda t: t.replace("-", "+").replace("_", "/") if ("-" in t or "_" in t) else t + "+",
-    lambda t: t[:-1] + "é",
-    lambda t: t[:10] + "\u0000" + t[10:],
-    lambda t: t.split(".")[0],
-])
+@pytest.mark.parametrize(
+    "spell",
+    [
+        lambda t: t + "=",
+        lambda t: t.replace(".", "=."),
+        lambda t: " " + t,
+        lambda t: t + "\n",
+        lambda t: t.replace(".", ".."),
+        lambda t: t + ".",
+        lambda t: "." + t,
+        lambda t: t + ".x",
+        lambda t: t.replace("-", "+").replace("_", "/") if ("-" in t or "_" in t) else t + "+",
+        lambda t: t[:-1] + "é",
+        lambda t: t[:10] + "\u0000" + t[10:],
+        lambda t: t.split(".")[0],
+    ],
+)
 def test_non_canonical_spellings_are_refused(token, spell):
     assert signer().read_entry_token(spell(token.text), NOW) is None
 
@@ -132,8 +138,10 @@ def test_unused_trailing_bits_make_a_second_spelling_that_is_refused(token):
         assert signer().read_entry_token(f"{payload}.{other}", NOW) is None  # ...but not the one spelling
 
 
-@pytest.mark.parametrize("junk", ["", ".", "..", "x", "a.b", "€.€", "x" * 10_000, "A" * 10_000 + "." + "B" * 43,
-                                  None, 42, b"bytes.bytes", ["list"]])
+@pytest.mark.parametrize(
+    "junk",
+    ["", ".", "..", "x", "a.b", "€.€", "x" * 10_000, "A" * 10_000 + "." + "B" * 43, None, 42, b"bytes.bytes", ["list"]],
+)
 def test_junk_is_refused_without_an_exception(junk):
     assert signer().read_entry_token(junk, NOW) is None
     assert signer().read_ticket(junk) is None
@@ -145,4 +153,3 @@ def test_ticket_round_trip_and_separation_from_tokens(token):
     # A ticket is never an entry token, nor the other way round.
     assert signer().read_entry_token(ticket.text, NOW) is None
     assert signer().read_ticket(token.text) is None
-

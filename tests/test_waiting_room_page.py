@@ -15,10 +15,13 @@ def config_of(html):
     return json.loads(re.search(r'<script id="vq-config" type="application/json">(.*?)</script>', html, re.S)[1])
 
 
-@pytest.mark.parametrize("path, purchase", [
-    ("/waiting-room/limited-drop/42", "../../limited-drops/42/orders"),
-    ("/waiting-room/ticketing-event/9", "../../events/9/seats/select"),
-])
+@pytest.mark.parametrize(
+    "path, purchase",
+    [
+        ("/waiting-room/limited-drop/42", "../../limited-drops/42/orders"),
+        ("/waiting-room/ticketing-event/9", "../../events/9/seats/select"),
+    ],
+)
 def test_page_is_html_that_calls_this_lines_routes_relative_to_itself(api, path, purchase):
     answer = api.http.get(path)
     assert answer.status_code == 200
@@ -37,19 +40,22 @@ def test_page_is_html_that_calls_this_lines_routes_relative_to_itself(api, path,
     assert '<link rel="icon" href="data:image/svg+xml,' in html
 
 
-@pytest.mark.parametrize("accept_language, asked, lang", [
-    ("ko-KR,ko;q=0.9,en-US;q=0.8,en;q=0.7", None, "ko"),
-    ("en-US,en;q=0.9,ko;q=0.8", None, "en"),
-    ("ja-JP,ja;q=0.9,ko;q=0.5,en;q=0.4", None, "ko"),
-    ("en;q=0.2, KO-kr;q=0.3", None, "ko"),
-    ("fr-FR,fr;q=0.9", None, "en"),
-    ("ko;q=0", None, "en"),
-    (None, None, "en"),
-    ("ko;q=banana, en", None, "en"),
-    ("ko-KR", "en", "en"),
-    ("en", "ko", "ko"),
-    ("ko", "xx", "ko"),
-])
+@pytest.mark.parametrize(
+    "accept_language, asked, lang",
+    [
+        ("ko-KR,ko;q=0.9,en-US;q=0.8,en;q=0.7", None, "ko"),
+        ("en-US,en;q=0.9,ko;q=0.8", None, "en"),
+        ("ja-JP,ja;q=0.9,ko;q=0.5,en;q=0.4", None, "ko"),
+        ("en;q=0.2, KO-kr;q=0.3", None, "ko"),
+        ("fr-FR,fr;q=0.9", None, "en"),
+        ("ko;q=0", None, "en"),
+        (None, None, "en"),
+        ("ko;q=banana, en", None, "en"),
+        ("ko-KR", "en", "en"),
+        ("en", "ko", "ko"),
+        ("ko", "xx", "ko"),
+    ],
+)
 def test_language_is_korean_or_english_from_accept_language_or_the_pages_switch(accept_language, asked, lang):
     assert page.language(accept_language, asked) == lang
 
@@ -72,8 +78,14 @@ def test_both_languages_have_every_text():
 
 def test_page_shows_the_display_name_and_picture_an_operator_set_escaped(api):
     body = {"displayName": "<b>Air</b> & “Seoul” 90", "imageUrl": "https://img.example/a.png?w=200&h=200"}
-    assert api.http.put("/virtual-queues/limited-drop/42/config", body=json.dumps(body),
-                        headers={"Content-Type": "application/json"}).status_code == 200
+    assert (
+        api.http.put(
+            "/virtual-queues/limited-drop/42/config",
+            body=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        ).status_code
+        == 200
+    )
     html = api.http.get("/waiting-room/limited-drop/42").body.decode()
     assert "<b>Air</b>" not in html
     assert '<h1 id="name">&lt;b&gt;Air&lt;/b&gt; &amp; “Seoul” 90</h1>' in html
@@ -82,14 +94,28 @@ def test_page_shows_the_display_name_and_picture_an_operator_set_escaped(api):
     assert api.http.get("/virtual-queues/limited-drop/42/config").json_body["config"] == body
 
 
-@pytest.mark.parametrize("body", [
-    {"displayName": ""}, {"displayName": "   "}, {"displayName": "x" * 81}, {"displayName": 5},
-    {"displayName": "a\nb"}, {"displayName": "evil\u202egnp.exe"}, {"displayName": "\u0378"},
-    {"imageUrl": "http://img.example/a.png"}, {"imageUrl": "javascript:alert(1)"}, {"imageUrl": "https://"},
-    {"imageUrl": "https://user:pw@img.example/a.png"}, {"imageUrl": "https://img.example/a b.png"},
-    {"imageUrl": 'https://img.example/a".png'}, {"imageUrl": "https://img.example/" + "a" * 500},
-    {"imageUrl": "https://[::1/a.png"}, {"imageUrl": "data:image/png;base64,AAAA"}, {"imageUrl": ["https://x.y"]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"displayName": ""},
+        {"displayName": "   "},
+        {"displayName": "x" * 81},
+        {"displayName": 5},
+        {"displayName": "a\nb"},
+        {"displayName": "evil\u202egnp.exe"},
+        {"displayName": "\u0378"},
+        {"imageUrl": "http://img.example/a.png"},
+        {"imageUrl": "javascript:alert(1)"},
+        {"imageUrl": "https://"},
+        {"imageUrl": "https://user:pw@img.example/a.png"},
+        {"imageUrl": "https://img.example/a b.png"},
+        {"imageUrl": 'https://img.example/a".png'},
+        {"imageUrl": "https://img.example/" + "a" * 500},
+        {"imageUrl": "https://[::1/a.png"},
+        {"imageUrl": "data:image/png;base64,AAAA"},
+        {"imageUrl": ["https://x.y"]},
+    ],
+)
 def test_bad_display_fields_are_refused_with_a_400_and_change_nothing(api, body):
     config = "/virtual-queues/limited-drop/42/config"
     api.http.put(config, body=json.dumps({"displayName": "Kept"}), headers={"Content-Type": "application/json"})
@@ -109,14 +135,17 @@ def test_page_loads_without_its_display_fields_when_redis_is_down(api, env):
     assert answer.status_code == 200 and "Limited drop #42" in answer.body.decode()
 
 
-@pytest.mark.parametrize("path, status, code", [
-    ("/waiting-room/flash-sale/1", 404, "UNKNOWN_TARGET_TYPE"),
-    ("/waiting-room/limited-drop/0", 400, "INVALID_ARGUMENT"),
-    ("/waiting-room/limited-drop/042", 400, "INVALID_ARGUMENT"),
-    ("/waiting-room/limited-drop/1e3", 400, "INVALID_ARGUMENT"),
-    ("/waiting-room/limited-drop/" + "9" * 19, 400, "INVALID_ARGUMENT"),
-    ("/waiting-room/limited-drop/%3Cscript%3E", 400, "INVALID_ARGUMENT"),
-])
+@pytest.mark.parametrize(
+    "path, status, code",
+    [
+        ("/waiting-room/flash-sale/1", 404, "UNKNOWN_TARGET_TYPE"),
+        ("/waiting-room/limited-drop/0", 400, "INVALID_ARGUMENT"),
+        ("/waiting-room/limited-drop/042", 400, "INVALID_ARGUMENT"),
+        ("/waiting-room/limited-drop/1e3", 400, "INVALID_ARGUMENT"),
+        ("/waiting-room/limited-drop/" + "9" * 19, 400, "INVALID_ARGUMENT"),
+        ("/waiting-room/limited-drop/%3Cscript%3E", 400, "INVALID_ARGUMENT"),
+    ],
+)
 def test_bad_line_is_the_apis_json_error(api, path, status, code):
     answer = api.http.get(path)
     assert answer.status_code == status
@@ -139,6 +168,10 @@ def test_console_page_reads_the_operator_routes_relative_to_itself(api):
 def test_operators_list_the_targets_with_users_in_line(api):
     for target in ("ticketing-event/7", "limited-drop/9", "limited-drop/10"):
         assert api.http.post(f"/virtual-queues/{target}/entries", headers={"X-User-Id": "1"}).status_code == 200
-    assert api.http.get("/virtual-queues").json_body == {"targets": [
-        {"type": "limited-drop", "id": "9"}, {"type": "limited-drop", "id": "10"}, {"type": "ticketing-event", "id": "7"},
-    ]}
+    assert api.http.get("/virtual-queues").json_body == {
+        "targets": [
+            {"type": "limited-drop", "id": "9"},
+            {"type": "limited-drop", "id": "10"},
+            {"type": "ticketing-event", "id": "7"},
+        ]
+    }

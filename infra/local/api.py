@@ -31,8 +31,14 @@ from chalice import Chalice
 from chalice.cli.factory import CLIFactory
 from chalice.config import Config
 from chalice.deploy.validate import validate_routes
-from chalice.local import ChaliceRequestHandler, LambdaContext, LocalDevServer, MatchResult, RouteMatcher, \
-    ThreadedHTTPServer
+from chalice.local import (
+    ChaliceRequestHandler,
+    LambdaContext,
+    LocalDevServer,
+    MatchResult,
+    RouteMatcher,
+    ThreadedHTTPServer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--stage", default="dev")
-    parser.add_argument("--workers", type=int, default=2 * (os.cpu_count() or 1),
-                        help="processes serving the socket (a worker waits on Redis part of the time)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2 * (os.cpu_count() or 1),
+        help="processes serving the socket (a worker waits on Redis part of the time)",
+    )
     args = parser.parse_args(argv)
     app, config = load_app(args.stage)
     # Bound and listening before the fork, so every worker accepts from the one socket. Nothing has connected
@@ -112,13 +122,27 @@ class LambdaProxy:
         route = self._routes.get(path)
         if route is None:
             route = self._routes[path] = self._matcher.match_route(path)
-        return self._app({
-            "resource": route.route, "path": path, "httpMethod": method, "headers": headers,
-            "multiValueQueryStringParameters": route.query_params or None, "pathParameters": route.captured,
-            "stageVariables": None, "body": None if body is None else body.decode(), "isBase64Encoded": False,
-            "requestContext": {"resourcePath": route.route, "httpMethod": method, "path": path,
-                               "requestId": next(self._request_ids), "identity": {"sourceIp": "127.0.0.1"}},
-        }, self._context)
+        return self._app(
+            {
+                "resource": route.route,
+                "path": path,
+                "httpMethod": method,
+                "headers": headers,
+                "multiValueQueryStringParameters": route.query_params or None,
+                "pathParameters": route.captured,
+                "stageVariables": None,
+                "body": None if body is None else body.decode(),
+                "isBase64Encoded": False,
+                "requestContext": {
+                    "resourcePath": route.route,
+                    "httpMethod": method,
+                    "path": path,
+                    "requestId": next(self._request_ids),
+                    "identity": {"sourceIp": "127.0.0.1"},
+                },
+            },
+            self._context,
+        )
 
 
 def _fork(server: LocalDevServer) -> int:

@@ -47,7 +47,11 @@ class DemoShop:
     """The shop's state and its HTTP server on 127.0.0.1 (`port` 0: any free port)."""
 
     def __init__(
-        self, stock: int, port: int = 0, says_sold_out: bool = True, capacity_per_s: float | None = None,
+        self,
+        stock: int,
+        port: int = 0,
+        says_sold_out: bool = True,
+        capacity_per_s: float | None = None,
         workers: int = 4,
     ) -> None:
         self.stock = stock
@@ -68,7 +72,7 @@ class DemoShop:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, name="demo-shop", daemon=True)
 
-    def start(self) -> "DemoShop":
+    def start(self) -> DemoShop:
         self._thread.start()
         return self
 
@@ -113,8 +117,13 @@ class DemoShop:
             return self._refuse("SOLD_OUT", "sold out")
         self._sold[item] = sold + 1
         self._buyers.add((item, user_id))
-        order = {"orderId": len(self._orders) + 1, "item": item, "userId": user_id,
-                 "left": self.stock - sold - 1, "at": time.time()}
+        order = {
+            "orderId": len(self._orders) + 1,
+            "item": item,
+            "userId": user_id,
+            "left": self.stock - sold - 1,
+            "at": time.time(),
+        }
         self._orders.append(order)
         return 201, order
 
@@ -183,7 +192,7 @@ class ShopProcess:
             arguments += ["--capacity", str(options["capacity_per_s"]), "--workers", str(options.get("workers", 4))]
         self.process = subprocess.Popen([sys.executable, __file__, *arguments])
 
-    def start(self) -> "ShopProcess":
+    def start(self) -> ShopProcess:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -211,8 +220,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=4, help="order handlers (with a capacity)")
     parser.add_argument("--silent", action="store_true", help="never say X-Queue-Sold-Out")
     args = parser.parse_args(argv)
-    shop = DemoShop(args.stock, args.port, says_sold_out=not args.silent, capacity_per_s=args.capacity,
-                    workers=args.workers).start()
+    shop = DemoShop(
+        args.stock, args.port, says_sold_out=not args.silent, capacity_per_s=args.capacity, workers=args.workers
+    ).start()
     signal.signal(signal.SIGTERM, lambda *_: (shop.stop(), sys.exit(0)))
     try:
         signal.pause()

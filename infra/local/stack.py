@@ -26,8 +26,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -55,9 +56,15 @@ class LocalStack:
     """
 
     def __init__(
-        self, env: Mapping[str, str] | None = None, api_port: int = 8000, shop_port: int = 0,
-        stock: int = DEFAULT_STOCK, pump_class: type[Pump] | None = Pump, api_output: IO | None = None,
-        api_workers: int | None = None, shop_options: Mapping[str, object] | None = None,
+        self,
+        env: Mapping[str, str] | None = None,
+        api_port: int = 8000,
+        shop_port: int = 0,
+        stock: int = DEFAULT_STOCK,
+        pump_class: type[Pump] | None = Pump,
+        api_output: IO | None = None,
+        api_workers: int | None = None,
+        shop_options: Mapping[str, object] | None = None,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.api_port = api_port
@@ -76,13 +83,13 @@ class LocalStack:
         self._pump_thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
-    def __enter__(self) -> "LocalStack":
+    def __enter__(self) -> LocalStack:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def start(self) -> "LocalStack":
+    def start(self) -> LocalStack:
         """Start every piece and wait until the API answers; on any failure, stop what had started."""
         try:
             self._start()
@@ -115,8 +122,11 @@ class LocalStack:
             raise SystemExit(f"configuration: {err}") from None
         if self.pump_class is not None:
             s = self.settings
-            store = QueueStore(connect(env["REDIS_URL"], cluster=s.redis_cluster), s.key_prefix,
-                               outbox_cap=s.events_cap if s.events_on else 0)
+            store = QueueStore(
+                connect(env["REDIS_URL"], cluster=s.redis_cluster),
+                s.key_prefix,
+                outbox_cap=s.events_cap if s.events_on else 0,
+            )
             # VQ_EVENTS_FILE: the state-change events go there, one JSON line each, as EventBridge would carry them.
             publisher = None
             if s.events_file:
@@ -128,7 +138,10 @@ class LocalStack:
         workers = [] if self.api_workers is None else ["--workers", str(self.api_workers)]
         self.api = subprocess.Popen(
             [sys.executable, str(ROOT / "infra" / "local" / "api.py"), "--port", str(self.api_port), *workers],
-            cwd=ROOT, env=env, start_new_session=True, stdout=self.api_output,
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+            stdout=self.api_output,
             stderr=None if self.api_output is None else subprocess.STDOUT,
         )
         wait_until_up(self.api_url + "/virtual-queues/limited-drop/1/entries/me", self.api)
@@ -231,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _interrupt)
     # The state-change events go to a file (deployed: EventBridge); an empty VQ_EVENTS_FILE turns them off.
     os.environ.setdefault("VQ_EVENTS_FILE", str(ROOT / "build" / "events.jsonl"))
-    stack = LocalStack(api_port=args.port, shop_port=args.shop_port or args.port + 1, stock=args.stock,
-                       api_workers=args.workers)
+    stack = LocalStack(
+        api_port=args.port, shop_port=args.shop_port or args.port + 1, stock=args.stock, api_workers=args.workers
+    )
     try:
         stack.start()
         print(stack.describe(), flush=True)

@@ -30,8 +30,10 @@ from locust import HttpUser, task
 
 TARGET_TYPE, TARGET_ID = os.environ.get("VQ_LOAD_TARGET", "limited-drop:1").split(":")
 ENTRIES = f"/virtual-queues/{TARGET_TYPE}/{TARGET_ID}/entries"
-PURCHASE = {"limited-drop": f"/limited-drops/{TARGET_ID}/orders",
-            "ticketing-event": f"/events/{TARGET_ID}/seats/select"}[TARGET_TYPE]
+PURCHASE = {
+    "limited-drop": f"/limited-drops/{TARGET_ID}/orders",
+    "ticketing-event": f"/events/{TARGET_ID}/seats/select",
+}[TARGET_TYPE]
 _user_ids = itertools.count(int(os.environ.get("VQ_LOAD_FIRST_USER") or random.randrange(1, 10**12)))
 SHOP_REFUSALS = {"SOLD_OUT": "sold out", "ALREADY_ORDERED": "already ordered"}
 SOLD_OUT_PAUSE_S = 5.0
@@ -56,8 +58,9 @@ class Shopper(HttpUser):
             self.poll()
 
     def enter(self) -> None:
-        with self.client.post(ENTRIES, headers={"X-User-Id": self.user_id}, name="enter",
-                              catch_response=True) as answer:
+        with self.client.post(
+            ENTRIES, headers={"X-User-Id": self.user_id}, name="enter", catch_response=True
+        ) as answer:
             if answer.status_code == 200:
                 self.ticket = answer.json().get("queueTicket", self.ticket)
                 self._follow(answer.json())
@@ -81,8 +84,9 @@ class Shopper(HttpUser):
 
     def buy(self) -> None:
         headers = {"X-User-Id": self.user_id, "X-Entry-Token": self.token, "Content-Type": "application/json"}
-        with self.client.post(PURCHASE, headers=headers, data='{"quantity": 1}', name="purchase",
-                              catch_response=True) as answer:
+        with self.client.post(
+            PURCHASE, headers=headers, data='{"quantity": 1}', name="purchase", catch_response=True
+        ) as answer:
             if answer.status_code in (200, 201):
                 self._outcome("bought")
             elif answer.status_code == 409:
@@ -119,8 +123,9 @@ class Shopper(HttpUser):
         self.wait_s = SOLD_OUT_PAUSE_S
 
     def _outcome(self, what: str) -> None:
-        self.environment.events.request.fire(request_type="outcome", name=what, response_time=0,
-                                             response_length=0, exception=None, context={})
+        self.environment.events.request.fire(
+            request_type="outcome", name=what, response_time=0, response_length=0, exception=None, context={}
+        )
 
     def _new_shopper(self) -> None:
         self.user_id = str(next(_user_ids))

@@ -65,8 +65,11 @@ def model(users: int, rate: float, tick_s: float, arrival_s: float, heartbeat_s:
             fixed[min(seconds - 1, int(arrived + k * FIXED_POLL_S))] += 1
     waiting = [bisect.bisect_right(arrivals, s) - mark(s) for s in range(seconds)]
     longest = max(waiting)
-    windows = [range(s, s + WINDOW_S) for s in range(math.ceil(arrival_s) + 1, seconds - WINDOW_S)
-               if min(waiting[s:s + WINDOW_S]) >= 0.1 * longest]
+    windows = [
+        range(s, s + WINDOW_S)
+        for s in range(math.ceil(arrival_s) + 1, seconds - WINDOW_S)
+        if min(waiting[s : s + WINDOW_S]) >= 0.1 * longest
+    ]
 
     def per_1000(series):
         values = [1000 * sum(series[s] for s in w) / sum(waiting[s] for s in w) for w in windows]
@@ -80,7 +83,10 @@ def model(users: int, rate: float, tick_s: float, arrival_s: float, heartbeat_s:
         return sale_cost(SaleLoad(requests, users, requests * HANDLER_S, duration))["total"]
 
     return {
-        "users": users, "rate": rate, "heartbeat_s": heartbeat_s, "duration_s": round(duration),
+        "users": users,
+        "rate": rate,
+        "heartbeat_s": heartbeat_s,
+        "duration_s": round(duration),
         "mean_wait_s": round(sum(waits) / users, 1),
         "requests_per_admitted_user": round(paced_requests / users, 1),
         "fixed_requests_per_admitted_user": round(fixed_requests / users, 1),
@@ -89,7 +95,8 @@ def model(users: int, rate: float, tick_s: float, arrival_s: float, heartbeat_s:
         "fixed_per_1000_waiting_mean_peak": per_1000(fixed),
         "peak_requests_per_s": max(per_second),
         "notice_p50_p95_s": (round(notice[users // 2], 2), round(notice[int(users * 0.95)], 2)),
-        "cost_usd": cost(paced_requests), "fixed_cost_usd": cost(fixed_requests),
+        "cost_usd": cost(paced_requests),
+        "fixed_cost_usd": cost(fixed_requests),
     }
 
 

@@ -31,10 +31,15 @@ SHOP_WINDOW_S = 5  # the shop's load is checked over windows this long
 FIXED_POLL_S = 2.5  # what the waiting-room page did before the server paced it: the comparison
 WINDOW_S = 10  # requests per waiting user are taken over windows this long
 LONG_LINE_SHARE = 0.1  # ... while the line holds at least this share of its longest length
-TRANSPORTS = {"inproc": "the crowd's processes call the app with API Gateway's events; purchases over HTTP",
-              "http": "every call over HTTP to the local API"}
-TARGETS = {"requests per admitted user, share of the fixed poll's": 1 / 5,
-           "peak requests/s per waiting user": 0.1, "admission-to-notice p95 s": 2.0}
+TRANSPORTS = {
+    "inproc": "the crowd's processes call the app with API Gateway's events; purchases over HTTP",
+    "http": "every call over HTTP to the local API",
+}
+TARGETS = {
+    "requests per admitted user, share of the fixed poll's": 1 / 5,
+    "peak requests/s per waiting user": 0.1,
+    "admission-to-notice p95 s": 2.0,
+}
 
 
 def target_tick(report: TickReport) -> TargetTick | None:
@@ -64,10 +69,21 @@ def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s)
             continue
         covered = 1 if previous is None else min(result.applied_tick - previous, settings.catchup_ticks)
         previous = result.applied_tick
-        ticks.append({"t": round(at - started, 3), "server_s": result.server_ms / 1000, "covered": covered,
-                      "admitted": result.admitted, "waiting": result.waiting, "evicted": result.evicted,
-                      "mark": result.mark, "per_tick": result.per_tick, "batch": result.batch,
-                      "tick_ms": result.tick_ms, "held": result.paused or result.sold_out})
+        ticks.append(
+            {
+                "t": round(at - started, 3),
+                "server_s": result.server_ms / 1000,
+                "covered": covered,
+                "admitted": result.admitted,
+                "waiting": result.waiting,
+                "evicted": result.evicted,
+                "mark": result.mark,
+                "per_tick": result.per_tick,
+                "batch": result.batch,
+                "tick_ms": result.tick_ms,
+                "held": result.paused or result.sold_out,
+            }
+        )
     busy = [t for t in ticks if t["waiting"] > 0]
     over_batch = [t for t in ticks if t["admitted"] > batch * t["covered"]]
     # What a tick owes: the batch, or less while the rate follows the shop (originSlo); nothing paused or sold out.
@@ -81,7 +97,7 @@ def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s)
     rate = batch * 1000 / tick_ms
     allowed = batch * (math.ceil((SHOP_WINDOW_S * 1000 + polling.NEAR_FRONT_MS) / tick_ms) + 1)
     shop_series = _per_second((r["at"] for r in shop["requests"]), started, seconds)
-    shop_windows = [sum(shop_series[s:s + SHOP_WINDOW_S]) for s in range(max(1, seconds - SHOP_WINDOW_S + 1))]
+    shop_windows = [sum(shop_series[s : s + SHOP_WINDOW_S]) for s in range(max(1, seconds - SHOP_WINDOW_S + 1))]
     admitted_per_second = [0] * seconds
     for t in ticks:
         admitted_per_second[min(seconds - 1, max(0, int(t["t"])))] += t["admitted"]
@@ -96,10 +112,14 @@ def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s)
     seen = [u for u in users if u.admitted_at is not None]
     notice = [u.admitted_at - at for u in seen if (at := pump_admitted_at(u)) is not None]
     # The same without this machine's backlog: from the admission to when the poll that told them was due.
-    notice_due = [u.last_poll_due_at - at for u in seen
-                  if u.last_poll_due_at is not None and (at := pump_admitted_at(u)) is not None]
-    eta_errors = [at - u.entered_at - u.eta_s for u in seen if u.eta_s is not None
-                  and (at := pump_admitted_at(u)) is not None]
+    notice_due = [
+        u.last_poll_due_at - at
+        for u in seen
+        if u.last_poll_due_at is not None and (at := pump_admitted_at(u)) is not None
+    ]
+    eta_errors = [
+        at - u.entered_at - u.eta_s for u in seen if u.eta_s is not None and (at := pump_admitted_at(u)) is not None
+    ]
     orders_per_item = Counter(order["item"] for order in shop["orders"])
     orders_per_buyer = Counter((order["item"], order["userId"]) for order in shop["orders"])
     requests_per_user = Counter(request["userId"] for request in shop["requests"])
@@ -110,18 +130,28 @@ def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s)
     outcomes = Counter(u.outcome for u in users)
 
     load = _load(users, api, ticks, started, seconds, len(seen), sale_figures.sold_out_at(shop))
-    latency = {kind: {"n": len(values), "p50": _round(percentile(values, 0.5), 1000),
-                      "p95": _round(percentile(values, 0.95), 1000)}
-               for kind, values in api.latencies.items() if values}
+    latency = {
+        kind: {
+            "n": len(values),
+            "p50": _round(percentile(values, 0.5), 1000),
+            "p95": _round(percentile(values, 0.95), 1000),
+        }
+        for kind, values in api.latencies.items()
+        if values
+    }
     cost = _costs(load, latency, duration)
     notice_spread = _spread(notice)
     paced, fixed = load["paced"], load["fixed_2.5s_poll"]
-    per_user_share = paced["requests_per_admitted_user"] / fixed["requests_per_admitted_user"] \
-        if fixed["requests_per_admitted_user"] else None
-    measured = {"requests per admitted user, share of the fixed poll's": per_user_share,
-                "peak requests/s per waiting user": paced["peak_per_1000_waiting"] and
-                paced["peak_per_1000_waiting"] / 1000,
-                "admission-to-notice p95 s": notice_spread["p95"]}
+    per_user_share = (
+        paced["requests_per_admitted_user"] / fixed["requests_per_admitted_user"]
+        if fixed["requests_per_admitted_user"]
+        else None
+    )
+    measured = {
+        "requests per admitted user, share of the fixed poll's": per_user_share,
+        "peak requests/s per waiting user": paced["peak_per_1000_waiting"] and paced["peak_per_1000_waiting"] / 1000,
+        "admission-to-notice p95 s": notice_spread["p95"],
+    }
 
     checks = {
         "admissions per tick never above the batch": not over_batch,
@@ -130,54 +160,98 @@ def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s)
         "no oversells": oversold == 0 and second_orders == 0,
         "no entry token reached the shop twice": tokens_used_twice == 0,
         "every user who kept polling was admitted, or told sold out": all(
-            u.admitted_at is not None or u.outcome in ("told sold out", "enter answered 409 SOLD_OUT") for u in keepers),
+            u.admitted_at is not None or u.outcome in ("told sold out", "enter answered 409 SOLD_OUT") for u in keepers
+        ),
         "the API never failed": not api.failures,
     }
     answered = sum(len(values) for values in api.latencies.values())
     return {
-        "parameters": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(options).items()},
-                       "target": str(TARGET), "batch": batch, "tick_ms": tick_ms,
-                       "heartbeat_timeout_s": settings.heartbeat_timeout_s},
+        "parameters": {
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(options).items()},
+            "target": str(TARGET),
+            "batch": batch,
+            "tick_ms": tick_ms,
+            "heartbeat_timeout_s": settings.heartbeat_timeout_s,
+        },
         "duration_s": round(duration, 2),
-        "users": {"total": len(users), "kept_polling": len(keepers), "admitted": len(seen),
-                  "outcomes": dict(outcomes), "queue_full_retries": sum(u.full_retries for u in users),
-                  "reentries": sum(u.reentries for u in users)},
-        "admissions": {"target_per_tick": batch, "ticks": len(ticks), "ticks_with_users_waiting": len(busy),
-                       "admitted_per_busy_tick": _spread([t["admitted"] / t["covered"] for t in busy]),
-                       "catch_up_ticks": sum(t["covered"] > 1 for t in ticks),
-                       "evicted": sum(t["evicted"] for t in ticks), "series": ticks},
-        "shop": {"target_per_s": rate, "window_s": SHOP_WINDOW_S, "allowed_per_window": allowed,
-                 "max_per_window": max(shop_windows, default=0), "max_in_a_second": max(shop_series, default=0),
-                 "windows_over_allowed": sum(n > allowed for n in shop_windows), "requests": len(shop["requests"]),
-                 "orders": len(shop["orders"]), "refused": shop["refused"], "per_second": shop_series,
-                 "admitted_per_second": admitted_per_second},
-        "notice_s": {"meaning": "when the user saw ADMITTED minus when the pump's tick admitted them "
-                                "(the poll gap near the front, plus the local API's latency and backlog)",
-                     **notice_spread, "poll_due": {"meaning": "when the poll that told them was due, minus when "
-                                                              "they were admitted (without this machine's backlog)",
-                                                   **_spread(notice_due)}},
-        "eta_error_s": {"meaning": "when the pump admitted the user minus when etaSeconds (on entry) said",
-                        **_spread(eta_errors)},
+        "users": {
+            "total": len(users),
+            "kept_polling": len(keepers),
+            "admitted": len(seen),
+            "outcomes": dict(outcomes),
+            "queue_full_retries": sum(u.full_retries for u in users),
+            "reentries": sum(u.reentries for u in users),
+        },
+        "admissions": {
+            "target_per_tick": batch,
+            "ticks": len(ticks),
+            "ticks_with_users_waiting": len(busy),
+            "admitted_per_busy_tick": _spread([t["admitted"] / t["covered"] for t in busy]),
+            "catch_up_ticks": sum(t["covered"] > 1 for t in ticks),
+            "evicted": sum(t["evicted"] for t in ticks),
+            "series": ticks,
+        },
+        "shop": {
+            "target_per_s": rate,
+            "window_s": SHOP_WINDOW_S,
+            "allowed_per_window": allowed,
+            "max_per_window": max(shop_windows, default=0),
+            "max_in_a_second": max(shop_series, default=0),
+            "windows_over_allowed": sum(n > allowed for n in shop_windows),
+            "requests": len(shop["requests"]),
+            "orders": len(shop["orders"]),
+            "refused": shop["refused"],
+            "per_second": shop_series,
+            "admitted_per_second": admitted_per_second,
+        },
+        "notice_s": {
+            "meaning": "when the user saw ADMITTED minus when the pump's tick admitted them "
+            "(the poll gap near the front, plus the local API's latency and backlog)",
+            **notice_spread,
+            "poll_due": {
+                "meaning": "when the poll that told them was due, minus when "
+                "they were admitted (without this machine's backlog)",
+                **_spread(notice_due),
+            },
+        },
+        "eta_error_s": {
+            "meaning": "when the pump admitted the user minus when etaSeconds (on entry) said",
+            **_spread(eta_errors),
+        },
         "load": load,
         "cost_usd": cost,
         "latency_ms": latency,
-        "api": {"requests": answered, "per_s": round(answered / duration, 1),
-                "backlog_s": {"meaning": "how long requests waited after they were due until this machine sent "
-                                         "them (the load figures count them when due)",
-                              **_spread([wait for waits in api.backlog.values() for wait in waits]),
-                              "by_kind": {kind: _spread(waits) for kind, waits in api.backlog.items() if waits}}},
-        "oversells": {"units_over_stock": oversold, "second_orders": second_orders,
-                      "tokens_used_twice": tokens_used_twice,
-                      "double_clicks": sum(len(u.purchase_answers) > 1 for u in users)},
+        "api": {
+            "requests": answered,
+            "per_s": round(answered / duration, 1),
+            "backlog_s": {
+                "meaning": "how long requests waited after they were due until this machine sent "
+                "them (the load figures count them when due)",
+                **_spread([wait for waits in api.backlog.values() for wait in waits]),
+                "by_kind": {kind: _spread(waits) for kind, waits in api.backlog.items() if waits},
+            },
+        },
+        "oversells": {
+            "units_over_stock": oversold,
+            "second_orders": second_orders,
+            "tokens_used_twice": tokens_used_twice,
+            "double_clicks": sum(len(u.purchase_answers) > 1 for u in users),
+        },
         "api_failures": dict(api.failures),
         "machine": _machine(cpu_s, answered),
         "sold_out": sale_figures.sold_out(users, shop, started),
-        "shop_load": sale_figures.shop_load(shop, started, finished, ticks, options.shop_capacity,
-                                            options.origin_slo_p95_ms),
+        "shop_load": sale_figures.shop_load(
+            shop, started, finished, ticks, options.shop_capacity, options.origin_slo_p95_ms
+        ),
         "checks": checks,
-        "targets": {name: {"target": bound, "measured": _round(measured[name]),
-                           "met": None if measured[name] is None else measured[name] <= bound}
-                    for name, bound in TARGETS.items()},
+        "targets": {
+            name: {
+                "target": bound,
+                "measured": _round(measured[name]),
+                "met": None if measured[name] is None else measured[name] <= bound,
+            }
+            for name, bound in TARGETS.items()
+        },
         "ok": all(checks.values()),
     }
 
@@ -223,8 +297,9 @@ def _load(users, api, ticks, started, seconds, admitted, sold_out_at: float | No
     # so a shrinking line would count every one of those polls against fewer users (the absolute peak
     # requests/s is taken over the whole run).
     held = min((int(t["t"]) for t in ticks if t["held"]), default=seconds)
-    windows = [range(start, start + WINDOW_S)
-               for start in range(math.ceil(arrived) + 1, min(seconds, held) - WINDOW_S + 1)]
+    windows = [
+        range(start, start + WINDOW_S) for start in range(math.ceil(arrived) + 1, min(seconds, held) - WINDOW_S + 1)
+    ]
     long_windows = [w for w in windows if min(waiting[s] for s in w) >= max(1, LONG_LINE_SHARE * longest)]
 
     def figures(series, counts) -> dict:
@@ -234,7 +309,8 @@ def _load(users, api, ticks, started, seconds, admitted, sold_out_at: float | No
             "requests_by_kind": counts,
             "requests_per_admitted_user": round(sum(counts.values()) / admitted, 2) if admitted else None,
             "requests_per_admitted_user_by_kind": {kind: round(n / admitted, 2) for kind, n in counts.items()}
-            if admitted else None,
+            if admitted
+            else None,
             "peak_requests_per_s": max(series, default=0),
             "mean_per_1000_waiting": round(sum(per_1000) / len(per_1000), 1) if per_1000 else None,
             "peak_per_1000_waiting": round(max(per_1000), 1) if per_1000 else None,
@@ -242,8 +318,8 @@ def _load(users, api, ticks, started, seconds, admitted, sold_out_at: float | No
 
     return {
         "meaning": f"per 1,000 waiting: requests/s over {WINDOW_S}-s windows after the last arrival while at "
-                   f"least {LONG_LINE_SHARE:.0%} of the longest line waited; the fixed poll: every waiting user "
-                   f"polls every {FIXED_POLL_S} s over the waits measured here, the other requests as measured",
+        f"least {LONG_LINE_SHARE:.0%} of the longest line waited; the fixed poll: every waiting user "
+        f"polls every {FIXED_POLL_S} s over the waits measured here, the other requests as measured",
         "windows": len(long_windows),
         "longest_line": longest,
         "paced": figures(paced_series, by_kind),
@@ -260,13 +336,21 @@ def _costs(load: dict, latency: dict, duration: float) -> dict:
 
     def cost(figures: dict) -> dict:
         counts = figures["requests_by_kind"]
-        return sale_cost(SaleLoad(
-            api_requests=sum(counts.values()), authorizer_calls=counts.get("purchase", 0),
-            handler_seconds=sum(n * handler_s.get(kind, 0) for kind, n in counts.items()), duration_s=duration,
-        ), deployment)
+        return sale_cost(
+            SaleLoad(
+                api_requests=sum(counts.values()),
+                authorizer_calls=counts.get("purchase", 0),
+                handler_seconds=sum(n * handler_s.get(kind, 0) for kind, n in counts.items()),
+                duration_s=duration,
+            ),
+            deployment,
+        )
 
-    return {"deployment": vars(deployment), "paced": cost(load["paced"]),
-            "fixed_2.5s_poll": cost(load["fixed_2.5s_poll"])}
+    return {
+        "deployment": vars(deployment),
+        "paced": cost(load["paced"]),
+        "fixed_2.5s_poll": cost(load["fixed_2.5s_poll"]),
+    }
 
 
 def _per_second(times, started: float, seconds: int) -> list[int]:
@@ -281,9 +365,14 @@ def _round(value: float | None, scale: float = 1) -> float | None:
 
 
 def _spread(values: list[float]) -> dict:
-    return {"n": len(values), "min": _round(min(values, default=None)), "p5": _round(percentile(values, 0.05)),
-            "p50": _round(percentile(values, 0.5)), "p95": _round(percentile(values, 0.95)),
-            "max": _round(max(values, default=None))}
+    return {
+        "n": len(values),
+        "min": _round(min(values, default=None)),
+        "p5": _round(percentile(values, 0.05)),
+        "p50": _round(percentile(values, 0.5)),
+        "p95": _round(percentile(values, 0.95)),
+        "max": _round(max(values, default=None)),
+    }
 
 
 def plot(report: dict, path: Path) -> None:
@@ -299,17 +388,34 @@ def plot(report: dict, path: Path) -> None:
     figure, (line, rates, api) = plt.subplots(3, 1, sharex=True, figsize=(10, 10), height_ratios=[2, 3, 3])
     line.plot([t["t"] for t in ticks], [t["waiting"] for t in ticks], color="tab:blue")
     line.set_ylabel("users waiting")
-    line.set_title(f"{report['users']['total']} users, {report['parameters']['batch']} admitted every "
-                   f"{report['parameters']['tick_ms']} ms, stock {report['parameters']['stock']}, "
-                   f"heartbeat {report['parameters']['heartbeat_timeout_s']} s")
+    line.set_title(
+        f"{report['users']['total']} users, {report['parameters']['batch']} admitted every "
+        f"{report['parameters']['tick_ms']} ms, stock {report['parameters']['stock']}, "
+        f"heartbeat {report['parameters']['heartbeat_timeout_s']} s"
+    )
     line.grid(alpha=0.3)
-    rates.bar([s + 0.5 for s in seconds], shop["per_second"], width=0.9, color="tab:orange", alpha=0.6,
-              label="requests reaching the shop")
-    rates.step([s + 1 for s in seconds], shop["admitted_per_second"], where="pre", color="tab:green",
-               label="admitted by the pump")
+    rates.bar(
+        [s + 0.5 for s in seconds],
+        shop["per_second"],
+        width=0.9,
+        color="tab:orange",
+        alpha=0.6,
+        label="requests reaching the shop",
+    )
+    rates.step(
+        [s + 1 for s in seconds],
+        shop["admitted_per_second"],
+        where="pre",
+        color="tab:green",
+        label="admitted by the pump",
+    )
     rates.axhline(shop["target_per_s"], color="black", linestyle="--", label=f"target {shop['target_per_s']:g}/s")
-    rates.axhline(shop["allowed_per_window"] / shop["window_s"], color="tab:red", linestyle=":",
-                  label=f"allowed over {shop['window_s']} s ({shop['allowed_per_window']})")
+    rates.axhline(
+        shop["allowed_per_window"] / shop["window_s"],
+        color="tab:red",
+        linestyle=":",
+        label=f"allowed over {shop['window_s']} s ({shop['allowed_per_window']})",
+    )
     rates.set_ylabel("per second")
     rates.legend(loc="upper right")
     rates.grid(alpha=0.3)
@@ -330,9 +436,12 @@ def _machine(cpu_s: dict, answered: int) -> dict:
     (beyond it, requests wait: the API's backlog). `cpu_s` None for a share not counted: then no rate."""
     per_request = {who: None if s is None else round(s * 1e6 / max(1, answered)) for who, s in cpu_s.items()}
     cores, counted = os.cpu_count() or 1, None not in per_request.values()
-    return {"meaning": "CPU time spent while the crowd ran, per request answered (microseconds)",
-            "cpu_us_per_request": per_request, "cores": cores,
-            "requests_per_s_at_that_cost": round(cores * 1e6 / max(1, sum(per_request.values()))) if counted else None}
+    return {
+        "meaning": "CPU time spent while the crowd ran, per request answered (microseconds)",
+        "cpu_us_per_request": per_request,
+        "cores": cores,
+        "requests_per_s_at_that_cost": round(cores * 1e6 / max(1, sum(per_request.values()))) if counted else None,
+    }
 
 
 def summary(report: dict, out: Path) -> str:
@@ -344,52 +453,62 @@ def summary(report: dict, out: Path) -> str:
     outcomes = ", ".join(f"{k} {what}" for what, k in sorted(u["outcomes"].items(), key=lambda item: -item[1]))
     failed = [name for name, ok in report["checks"].items() if not ok]
     verdicts = {True: "met", False: "MISSED", None: "no verdict: nothing to measure"}
-    targets = "; ".join(f"{name} {t['measured']} (target <= {t['target']:.3g}: {verdicts[t['met']]})"
-                        for name, t in report["targets"].items())
+    targets = "; ".join(
+        f"{name} {t['measured']} (target <= {t['target']:.3g}: {verdicts[t['met']]})"
+        for name, t in report["targets"].items()
+    )
 
     def kinds(figures: dict) -> str:
         by_kind = figures["requests_per_admitted_user_by_kind"] or {}
         return ", ".join(f"{kind} {k}" for kind, k in by_kind.items())
 
-    return "\n".join([
-        f"{u['total']} users against {report['parameters']['target']}: {a['target_per_tick']} admitted every "
-        f"{report['parameters']['tick_ms']} ms ({s['target_per_s']:g}/s), heartbeat "
-        f"{report['parameters']['heartbeat_timeout_s']} s; run took {report['duration_s']} s; "
-        f"transport {report['parameters']['transport']} ({TRANSPORTS[report['parameters']['transport']]})",
-        f"  users       {u['admitted']} admitted ({u['kept_polling']} kept polling); {outcomes}; "
-        f"{u['queue_full_retries']} queue-full retries, {u['reentries']} re-entries, {a['evicted']} evicted",
-        f"  admissions  {a['ticks_with_users_waiting']} ticks with users waiting admitted "
-        f"{a['admitted_per_busy_tick']['min']}-{a['admitted_per_busy_tick']['max']} per tick (target "
-        f"{a['target_per_tick']}); {a['catch_up_ticks']} catch-up ticks",
-        f"  shop        at most {s['max_per_window']} requests in {s['window_s']} s (target {s['target_per_s']:g}/s, "
-        f"allowed {s['allowed_per_window']} with tick alignment and the near-front poll gap), at most "
-        f"{s['max_in_a_second']} in a second; {s['requests']} requests, {s['orders']} orders",
-        f"  notice      admitted -> seen: p50 {n['p50']} s, p95 {n['p95']} s, max {n['max']} s (n={n['n']}); "
-        f"-> the telling poll was due: p95 {n['poll_due']['p95']} s; "
-        f"ETA error p5 {e['p5']} s, p50 {e['p50']} s, p95 {e['p95']} s",
-        f"  per user    {paced['requests_per_admitted_user']} requests per admitted user ({kinds(paced)}); "
-        f"polling every {FIXED_POLL_S} s: {fixed['requests_per_admitted_user']} ({kinds(fixed)})",
-        f"  load        per 1,000 waiting: mean {paced['mean_per_1000_waiting']}, peak "
-        f"{paced['peak_per_1000_waiting']} requests/s (every {FIXED_POLL_S} s: mean "
-        f"{fixed['mean_per_1000_waiting']}, peak {fixed['peak_per_1000_waiting']}); peak {paced['peak_requests_per_s']} "
-        f"requests/s in a second (every {FIXED_POLL_S} s: {fixed['peak_requests_per_s']}); "
-        f"{report['load']['windows']} windows with a long line",
-        f"  cost        ${cost['paced']['total']:.2f} at list prices (gateway ${cost['paced']['api_gateway']:.2f}, "
-        f"Lambda ${cost['paced']['lambda_requests'] + cost['paced']['lambda_gb_seconds']:.2f}, cache "
-        f"${cost['paced']['cache']:.2f}); polling every {FIXED_POLL_S} s: ${cost['fixed_2.5s_poll']['total']:.2f}",
-        f"  latency     {latency}",
-        f"  API         answered {report['api']['requests']} requests ({report['api']['per_s']}/s); they waited "
-        f"p50 {report['api']['backlog_s']['p50']} s, p95 {report['api']['backlog_s']['p95']} s after they were due "
-        f"(status p95 {report['api']['backlog_s']['by_kind'].get('status', {}).get('p95')} s)",
-        f"  oversells   {o['units_over_stock'] + o['second_orders']}; entry tokens used twice {o['tokens_used_twice']} "
-        f"({o['double_clicks']} double clicks)",
-        f"  API errors  {report['api_failures'] or 0}",
-        "  machine     CPU per request answered: "
-        + ", ".join(f"{who} {'not counted' if us is None else f'{us} us'}" for who, us in m["cpu_us_per_request"].items())
-        + (f" (at that cost this machine's {m['cores']} cores answer at most {m['requests_per_s_at_that_cost']} "
-           "requests/s)" if m["requests_per_s_at_that_cost"] else ""),
-        sale_figures.summary_lines(report["sold_out"], report["shop_load"]),
-        f"  targets     {targets}",
-        "  checks      " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)),
-        f"  written     {out / 'report.json'}, {out / 'plot.png'}",
-    ])
+    return "\n".join(
+        [
+            f"{u['total']} users against {report['parameters']['target']}: {a['target_per_tick']} admitted every "
+            f"{report['parameters']['tick_ms']} ms ({s['target_per_s']:g}/s), heartbeat "
+            f"{report['parameters']['heartbeat_timeout_s']} s; run took {report['duration_s']} s; "
+            f"transport {report['parameters']['transport']} ({TRANSPORTS[report['parameters']['transport']]})",
+            f"  users       {u['admitted']} admitted ({u['kept_polling']} kept polling); {outcomes}; "
+            f"{u['queue_full_retries']} queue-full retries, {u['reentries']} re-entries, {a['evicted']} evicted",
+            f"  admissions  {a['ticks_with_users_waiting']} ticks with users waiting admitted "
+            f"{a['admitted_per_busy_tick']['min']}-{a['admitted_per_busy_tick']['max']} per tick (target "
+            f"{a['target_per_tick']}); {a['catch_up_ticks']} catch-up ticks",
+            f"  shop        at most {s['max_per_window']} requests in {s['window_s']} s (target {s['target_per_s']:g}/s, "
+            f"allowed {s['allowed_per_window']} with tick alignment and the near-front poll gap), at most "
+            f"{s['max_in_a_second']} in a second; {s['requests']} requests, {s['orders']} orders",
+            f"  notice      admitted -> seen: p50 {n['p50']} s, p95 {n['p95']} s, max {n['max']} s (n={n['n']}); "
+            f"-> the telling poll was due: p95 {n['poll_due']['p95']} s; "
+            f"ETA error p5 {e['p5']} s, p50 {e['p50']} s, p95 {e['p95']} s",
+            f"  per user    {paced['requests_per_admitted_user']} requests per admitted user ({kinds(paced)}); "
+            f"polling every {FIXED_POLL_S} s: {fixed['requests_per_admitted_user']} ({kinds(fixed)})",
+            f"  load        per 1,000 waiting: mean {paced['mean_per_1000_waiting']}, peak "
+            f"{paced['peak_per_1000_waiting']} requests/s (every {FIXED_POLL_S} s: mean "
+            f"{fixed['mean_per_1000_waiting']}, peak {fixed['peak_per_1000_waiting']}); peak {paced['peak_requests_per_s']} "
+            f"requests/s in a second (every {FIXED_POLL_S} s: {fixed['peak_requests_per_s']}); "
+            f"{report['load']['windows']} windows with a long line",
+            f"  cost        ${cost['paced']['total']:.2f} at list prices (gateway ${cost['paced']['api_gateway']:.2f}, "
+            f"Lambda ${cost['paced']['lambda_requests'] + cost['paced']['lambda_gb_seconds']:.2f}, cache "
+            f"${cost['paced']['cache']:.2f}); polling every {FIXED_POLL_S} s: ${cost['fixed_2.5s_poll']['total']:.2f}",
+            f"  latency     {latency}",
+            f"  API         answered {report['api']['requests']} requests ({report['api']['per_s']}/s); they waited "
+            f"p50 {report['api']['backlog_s']['p50']} s, p95 {report['api']['backlog_s']['p95']} s after they were due "
+            f"(status p95 {report['api']['backlog_s']['by_kind'].get('status', {}).get('p95')} s)",
+            f"  oversells   {o['units_over_stock'] + o['second_orders']}; entry tokens used twice {o['tokens_used_twice']} "
+            f"({o['double_clicks']} double clicks)",
+            f"  API errors  {report['api_failures'] or 0}",
+            "  machine     CPU per request answered: "
+            + ", ".join(
+                f"{who} {'not counted' if us is None else f'{us} us'}" for who, us in m["cpu_us_per_request"].items()
+            )
+            + (
+                f" (at that cost this machine's {m['cores']} cores answer at most {m['requests_per_s_at_that_cost']} "
+                "requests/s)"
+                if m["requests_per_s_at_that_cost"]
+                else ""
+            ),
+            sale_figures.summary_lines(report["sold_out"], report["shop_load"]),
+            f"  targets     {targets}",
+            "  checks      " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)),
+            f"  written     {out / 'report.json'}, {out / 'plot.png'}",
+        ]
+    )

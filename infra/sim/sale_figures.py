@@ -37,12 +37,14 @@ def sold_out(users, shop: dict, started: float) -> dict:
         # queue's: `api.backlog_s` in the report).
         figures["told_after_last_sale_s"] = _spread([u.finished_at - last_sale for u in told])
         figures["told_within_one_poll_interval"] = round(
-            sum(u.last_poll_due_at - last_sale <= u.poll_after_s for u in told) / len(told), 4)
+            sum(u.last_poll_due_at - last_sale <= u.poll_after_s for u in told) / len(told), 4
+        )
     return figures
 
 
-def shop_load(shop: dict, started: float, finished: float, ticks: list[dict], capacity_per_s: float | None,
-              slo_p95_ms: int | None) -> dict:
+def shop_load(
+    shop: dict, started: float, finished: float, ticks: list[dict], capacity_per_s: float | None, slo_p95_ms: int | None
+) -> dict:
     """The shop's completed orders per second and its own latency, from SETTLE_S after the first purchase
     reached it until the line emptied; the first cut of the rate (originSlo), and what came after it."""
     requests = sorted(shop["requests"], key=lambda r: r["at"])
@@ -52,8 +54,9 @@ def shop_load(shop: dict, started: float, finished: float, ticks: list[dict], ca
     # The first cut: the first tick whose rate is below the one before (the rate opens below the batch with an
     # originSlo, and a pause or a sale's end is no cut).
     running = [t for t in ticks if not t["held"]]
-    first_cut = next((t["server_s"] for before, t in zip(running, running[1:]) if t["per_tick"] < before["per_tick"]),
-                     None)
+    first_cut = next(
+        (t["server_s"] for before, t in zip(running, running[1:]) if t["per_tick"] < before["per_tick"]), None
+    )
     since = requests[0]["at"] + SETTLE_S
     span = max(1e-9, busy_until - since)
     done = [o for o in shop["orders"] if since <= o["at"] <= busy_until]
@@ -66,23 +69,32 @@ def shop_load(shop: dict, started: float, finished: float, ticks: list[dict], ca
         if in_window:
             windows.append(_percentile(in_window, 0.95))
             completed = sum(start <= o["at"] < start + WINDOW_S for o in shop["orders"])
-            per_window.append({"t": round(start - started, 1), "p95_ms": round(windows[-1]),
-                               "orders_per_s": round(completed / WINDOW_S, 1)})
+            per_window.append(
+                {
+                    "t": round(start - started, 1),
+                    "p95_ms": round(windows[-1]),
+                    "orders_per_s": round(completed / WINDOW_S, 1),
+                }
+            )
     orders_per_s = len(done) / span
     return {
-        "measured_from_s": round(since - started, 1), "line_emptied_s": round(busy_until - started, 1),
+        "measured_from_s": round(since - started, 1),
+        "line_emptied_s": round(busy_until - started, 1),
         "capacity_per_s": capacity_per_s,
         "completed_orders_per_s": round(orders_per_s, 2),
         "share_of_capacity": round(orders_per_s / capacity_per_s, 3) if capacity_per_s else None,
         "first_cut_s": None if first_cut is None else round(first_cut - started, 2),
         "latency_ms_after_first_cut": _spread(after),
-        "window_p95_ms": {"windows": len(windows), "max": _round(max(windows, default=None)),
-                          "within_objective": None if slo_p95_ms is None
-                          else sum(p <= slo_p95_ms for p in windows)},
+        "window_p95_ms": {
+            "windows": len(windows),
+            "max": _round(max(windows, default=None)),
+            "within_objective": None if slo_p95_ms is None else sum(p <= slo_p95_ms for p in windows),
+        },
         "windows": per_window,
         "latency_ms_whole_sale": _spread([ms for _, ms in latency]),
-        "rate_per_s": [{"t": round(t["server_s"] - started, 2), "effective": t["per_tick"] * 1000 / t["tick_ms"]}
-                       for t in ticks],
+        "rate_per_s": [
+            {"t": round(t["server_s"] - started, 2), "effective": t["per_tick"] * 1000 / t["tick_ms"]} for t in ticks
+        ],
     }
 
 
@@ -90,17 +102,20 @@ def summary_lines(sold: dict, load: dict) -> str:
     """The report's lines on the sale's end and the shop's load."""
     told = sold.get("told by the queue (SOLD_OUT on a poll)", {})
     late = sold.get("told by the shop after their turn came", {})
-    lines = [f"  sold out    last unit sold at {sold['last_unit_sold_s']} s; told by the queue: {told.get('users', 0)} "
-             f"(waited p50 {told.get('waited_s', {}).get('p50')} s, max {told.get('waited_s', {}).get('max')} s; "
-             f"{sold.get('told_within_one_poll_interval')} within one poll interval of the last sale); told by the "
-             f"shop after their turn: {late.get('users', 0)} (waited p50 {late.get('waited_s', {}).get('p50')} s, "
-             f"max {late.get('waited_s', {}).get('max')} s)"]
+    lines = [
+        f"  sold out    last unit sold at {sold['last_unit_sold_s']} s; told by the queue: {told.get('users', 0)} "
+        f"(waited p50 {told.get('waited_s', {}).get('p50')} s, max {told.get('waited_s', {}).get('max')} s; "
+        f"{sold.get('told_within_one_poll_interval')} within one poll interval of the last sale); told by the "
+        f"shop after their turn: {late.get('users', 0)} (waited p50 {late.get('waited_s', {}).get('p50')} s, "
+        f"max {late.get('waited_s', {}).get('max')} s)"
+    ]
     if load and load["capacity_per_s"]:
         lines.append(
             f"  shop load   {load['completed_orders_per_s']} orders/s completed from {load['measured_from_s']} s to "
             f"{load['line_emptied_s']} s (capacity {load['capacity_per_s']}, share {load['share_of_capacity']}); "
             f"first cut at {load['first_cut_s']} s; shop p95 after it "
-            f"{load['latency_ms_after_first_cut'].get('p95')} ms, worst 5-s window {load['window_p95_ms']['max']} ms")
+            f"{load['latency_ms_after_first_cut'].get('p95')} ms, worst 5-s window {load['window_p95_ms']['max']} ms"
+        )
     return "\n".join(lines)
 
 
@@ -116,5 +131,9 @@ def _round(value: float | None) -> float | None:
 def _spread(values: list[float]) -> dict:
     if not values:
         return {"n": 0}
-    return {"n": len(values), "p50": _round(_percentile(values, 0.5)), "p95": _round(_percentile(values, 0.95)),
-            "max": _round(max(values))}
+    return {
+        "n": len(values),
+        "p50": _round(_percentile(values, 0.5)),
+        "p95": _round(_percentile(values, 0.95)),
+        "max": _round(max(values)),
+    }

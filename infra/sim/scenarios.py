@@ -27,8 +27,10 @@ OUT = ROOT / "build" / "scenarios"
 SCENARIOS = {
     "sold-out": {
         "defaults": ["--users", "20000", "--stock", "3000"],
-        "runs": {"before: the shop alone says sold out": ["--shop-silent"],
-                 "now: the shop's header closes the line": []},
+        "runs": {
+            "before: the shop alone says sold out": ["--shop-silent"],
+            "now: the shop's header closes the line": [],
+        },
     },
     "origin-slo": {
         # 60/s admitted against a shop that handles 40/s, over the local API (`--transport http`). Each of its
@@ -37,16 +39,52 @@ SCENARIOS = {
         # The crowd arrives over 10 s: in 2 s (1,500 enters/s over HTTP) this machine answered enters up to 3.4 s
         # late and polls with them, so notices came in a clump (63 purchases reached the shop in one second
         # while 31 users a second were admitted), which measures the machine, not how the rate follows the shop.
-        "defaults": ["--transport", "http", "--users", "3000", "--arrival-s", "10", "--stock", "1000000",
-                     "--batch", "15", "--tick-ms", "250", "--shop-capacity", "40", "--workers", "96",
-                     "--threads", "160"],
+        "defaults": [
+            "--transport",
+            "http",
+            "--users",
+            "3000",
+            "--arrival-s",
+            "10",
+            "--stock",
+            "1000000",
+            "--batch",
+            "15",
+            "--tick-ms",
+            "250",
+            "--shop-capacity",
+            "40",
+            "--workers",
+            "96",
+            "--threads",
+            "160",
+        ],
         "runs": {"fixed 60/s": [], "originSlo p95 500 ms, ceiling 60/s": ["--origin-slo-p95-ms", "500"]},
     },
     "origin-slo-steep": {
         # One order handler (40 ms an order): its latency stays flat longer and climbs more steeply near capacity.
-        "defaults": ["--transport", "http", "--users", "2000", "--arrival-s", "10", "--stock", "1000000",
-                     "--batch", "10", "--tick-ms", "250", "--shop-capacity", "25", "--shop-workers", "1",
-                     "--workers", "96", "--threads", "160"],
+        "defaults": [
+            "--transport",
+            "http",
+            "--users",
+            "2000",
+            "--arrival-s",
+            "10",
+            "--stock",
+            "1000000",
+            "--batch",
+            "10",
+            "--tick-ms",
+            "250",
+            "--shop-capacity",
+            "25",
+            "--shop-workers",
+            "1",
+            "--workers",
+            "96",
+            "--threads",
+            "160",
+        ],
         "runs": {"fixed 40/s": [], "originSlo p95 500 ms, ceiling 40/s": ["--origin-slo-p95-ms", "500"]},
     },
 }
@@ -57,8 +95,15 @@ def run(scenario: str, extra: list[str]) -> dict:
     reports = {}
     for name, arguments in SCENARIOS[scenario]["runs"].items():
         out = OUT / scenario / name.split(":")[0].replace(" ", "-").replace("/", "")
-        command = [sys.executable, str(ROOT / "infra" / "sim" / "simulate.py"), *SCENARIOS[scenario]["defaults"], *extra,
-                   *arguments, "--out", str(out)]
+        command = [
+            sys.executable,
+            str(ROOT / "infra" / "sim" / "simulate.py"),
+            *SCENARIOS[scenario]["defaults"],
+            *extra,
+            *arguments,
+            "--out",
+            str(out),
+        ]
         print(f"== {name}: {' '.join(command[2:])}", flush=True)
         finished = subprocess.run(command, cwd=ROOT)
         report = json.loads((out / "report.json").read_text())
@@ -71,6 +116,7 @@ def table(scenario: str, reports: dict) -> list[tuple[str, list]]:
     """The rows compared, per scenario."""
     runs = list(reports.values())
     if scenario == "sold-out":
+
         def group(report, name):
             return report["sold_out"][name]
 
@@ -80,14 +126,20 @@ def table(scenario: str, reports: dict) -> list[tuple[str, list]]:
             ("last unit sold at (s)", [r["sold_out"]["last_unit_sold_s"] for r in runs]),
             ("told sold out by the queue", [group(r, queue)["users"] for r in runs]),
             ("  their wait p50 / p95 / max (s)", [_spread(group(r, queue)["waited_s"]) for r in runs]),
-            ("  told within one poll interval of the last sale", [r["sold_out"].get("told_within_one_poll_interval")
-                                                                  for r in runs]),
-            ("  told after the last sale p50 / p95 / max (s)", [_spread(r["sold_out"].get("told_after_last_sale_s"))
-                                                                for r in runs]),
+            (
+                "  told within one poll interval of the last sale",
+                [r["sold_out"].get("told_within_one_poll_interval") for r in runs],
+            ),
+            (
+                "  told after the last sale p50 / p95 / max (s)",
+                [_spread(r["sold_out"].get("told_after_last_sale_s")) for r in runs],
+            ),
             ("told sold out by the shop after their turn", [group(r, shop)["users"] for r in runs]),
             ("  their wait p50 / p95 / max (s)", [_spread(group(r, shop)["waited_s"]) for r in runs]),
-            ("user-minutes spent waiting for a sold-out answer",
-             [round(group(r, queue)["user_minutes"] + group(r, shop)["user_minutes"], 1) for r in runs]),
+            (
+                "user-minutes spent waiting for a sold-out answer",
+                [round(group(r, queue)["user_minutes"] + group(r, shop)["user_minutes"], 1) for r in runs],
+            ),
             ("bought", [r["users"]["outcomes"].get("bought", 0) for r in runs]),
             ("sale over (s)", [r["duration_s"] for r in runs]),
             ("API requests", [r["api"]["requests"] for r in runs]),
@@ -97,14 +149,20 @@ def table(scenario: str, reports: dict) -> list[tuple[str, list]]:
         ("completed orders/s while users waited", [r["shop_load"]["completed_orders_per_s"] for r in runs]),
         ("  share of the shop's capacity", [r["shop_load"]["share_of_capacity"] for r in runs]),
         ("first cut of the rate at (s)", [r["shop_load"]["first_cut_s"] for r in runs]),
-        ("shop latency after the first cut (fixed: after warm-up) p50 / p95 / max (ms)",
-         [_spread(r["shop_load"]["latency_ms_after_first_cut"]) for r in runs]),
+        (
+            "shop latency after the first cut (fixed: after warm-up) p50 / p95 / max (ms)",
+            [_spread(r["shop_load"]["latency_ms_after_first_cut"]) for r in runs],
+        ),
         ("5-s windows within a p95 of 500 ms", [_windows(r["shop_load"]["window_p95_ms"]) for r in runs]),
         ("worst 5-s window p95 (ms)", [r["shop_load"]["window_p95_ms"]["max"] for r in runs]),
-        ("shop latency over the whole sale p95 / max (ms)",
-         [_spread(r["shop_load"]["latency_ms_whole_sale"], "p95", "max") for r in runs]),
-        ("purchases answered by the gate: 2xx / 504 / other",
-         [_purchases(r["users"]["outcomes"], r["api_failures"]) for r in runs]),
+        (
+            "shop latency over the whole sale p95 / max (ms)",
+            [_spread(r["shop_load"]["latency_ms_whole_sale"], "p95", "max") for r in runs],
+        ),
+        (
+            "purchases answered by the gate: 2xx / 504 / other",
+            [_purchases(r["users"]["outcomes"], r["api_failures"]) for r in runs],
+        ),
         ("sale over (s)", [r["duration_s"] for r in runs]),
     ]
 
@@ -126,9 +184,13 @@ def _purchases(outcomes: dict, failures: dict) -> str:
 def _windows_side_by_side(reports: dict) -> list[list[str]]:
     """Each run's 5-s windows, one line per window index."""
     columns = [r["shop_load"].get("windows", []) for r in reports.values()]
-    return [[f"{w['t']:>6} {w['p95_ms']:>6} {w['orders_per_s']:>5}" if w else " " * 19
-             for w in (column[i] if i < len(column) else None for column in columns)]
-            for i in range(max(map(len, columns), default=0))]
+    return [
+        [
+            f"{w['t']:>6} {w['p95_ms']:>6} {w['orders_per_s']:>5}" if w else " " * 19
+            for w in (column[i] if i < len(column) else None for column in columns)
+        ]
+        for i in range(max(map(len, columns), default=0))
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,9 +210,16 @@ def main(argv: list[str] | None = None) -> int:
         for row in _windows_side_by_side(reports):
             print("    " + " | ".join(row))
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{options.scenario}.json").write_text(json.dumps(
-        {"runs": names, "rows": [[label, values] for label, values in rows],
-         "windows": {name: r.get("shop_load", {}).get("windows") for name, r in reports.items()}}, indent=1))
+    (OUT / f"{options.scenario}.json").write_text(
+        json.dumps(
+            {
+                "runs": names,
+                "rows": [[label, values] for label, values in rows],
+                "windows": {name: r.get("shop_load", {}).get("windows") for name, r in reports.items()},
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

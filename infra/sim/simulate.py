@@ -59,8 +59,7 @@ from tqdm import tqdm  # noqa: E402
 from chalicelib.pump import Pump, TickReport  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
 from infra.local.stack import LocalStack  # noqa: E402
-from infra.sim.report import ENTRIES, KINDS, PURCHASE, TARGET, analyse, plot, summary, target_tick  # noqa: E402
-
+from infra.sim.report import ENTRIES, KINDS, PURCHASE, analyse, plot, summary, target_tick  # noqa: E402
 
 ARRIVALS_PER_S = 2500  # the default burst's rate, for a crowd of more than 5,000
 
@@ -69,33 +68,62 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     """The command line's knobs (`--help`)."""
     parser = argparse.ArgumentParser(description="Simulate a flash-sale crowd against the local stack.")
     parser.add_argument("--users", type=int, default=5000)
-    parser.add_argument("--arrival-s", type=float,
-                        help="the burst: arrivals spread over this long (default: 2 s, or 2,500 arrivals a second "
-                             "for a larger crowd: what this machine enters while it answers the polls of those in line)")
-    parser.add_argument("--abandon", type=float, default=0.1,
-                        help="share of users who give up while waiting (half leave, half stop polling)")
-    parser.add_argument("--double-click", type=float, default=0.05,
-                        help="share of buyers who send their purchase twice at once")
+    parser.add_argument(
+        "--arrival-s",
+        type=float,
+        help="the burst: arrivals spread over this long (default: 2 s, or 2,500 arrivals a second "
+        "for a larger crowd: what this machine enters while it answers the polls of those in line)",
+    )
+    parser.add_argument(
+        "--abandon",
+        type=float,
+        default=0.1,
+        help="share of users who give up while waiting (half leave, half stop polling)",
+    )
+    parser.add_argument(
+        "--double-click", type=float, default=0.05, help="share of buyers who send their purchase twice at once"
+    )
     parser.add_argument("--batch", type=int, default=25, help="users admitted per tick")
     parser.add_argument("--tick-ms", type=int, default=500, help="length of a tick")
     parser.add_argument("--stock", type=int, default=3000, help="units the shop has")
-    parser.add_argument("--heartbeat-timeout-s", type=int, default=60,
-                        help="evict users silent this long (the server's poll advice follows it)")
+    parser.add_argument(
+        "--heartbeat-timeout-s",
+        type=int,
+        default=60,
+        help="evict users silent this long (the server's poll advice follows it)",
+    )
     parser.add_argument("--max-waiting", type=int, help="capacity of the line (default: the stack's)")
     parser.add_argument("--threads", type=int, default=16, help="most requests of each kind in flight at once")
-    parser.add_argument("--transport", choices=("inproc", "http"), default="inproc",
-                        help="inproc: the crowd's processes call the app as Lambda does (API Gateway's event, no "
-                             "HTTP server); http: every call goes to the local API over HTTP (purchases always do)")
-    parser.add_argument("--crowd-processes", type=int,
-                        help="inproc: processes that run the crowd, each calling the app (default: one per core)")
+    parser.add_argument(
+        "--transport",
+        choices=("inproc", "http"),
+        default="inproc",
+        help="inproc: the crowd's processes call the app as Lambda does (API Gateway's event, no "
+        "HTTP server); http: every call goes to the local API over HTTP (purchases always do)",
+    )
+    parser.add_argument(
+        "--crowd-processes",
+        type=int,
+        help="inproc: processes that run the crowd, each calling the app (default: one per core)",
+    )
     parser.add_argument("--workers", type=int, help="the local API's processes (default: two per core)")
     # The shop and the sale's controls (infra/sim/scenarios.py runs the comparisons with them).
-    parser.add_argument("--shop-capacity", type=float,
-                        help="orders/s the demo shop handles; above it its latency climbs (default: unbounded)")
-    parser.add_argument("--shop-workers", type=int, default=4,
-                        help="the shop's order handlers (with a capacity): fewer, a steeper latency curve near it")
-    parser.add_argument("--shop-silent", action="store_true",
-                        help="the shop never says X-Queue-Sold-Out: the sale as it went before sold out closed the line")
+    parser.add_argument(
+        "--shop-capacity",
+        type=float,
+        help="orders/s the demo shop handles; above it its latency climbs (default: unbounded)",
+    )
+    parser.add_argument(
+        "--shop-workers",
+        type=int,
+        default=4,
+        help="the shop's order handlers (with a capacity): fewer, a steeper latency curve near it",
+    )
+    parser.add_argument(
+        "--shop-silent",
+        action="store_true",
+        help="the shop never says X-Queue-Sold-Out: the sale as it went before sold out closed the line",
+    )
     parser.add_argument("--origin-slo-p95-ms", type=int, help="the target's originSlo p95Ms: the rate follows the shop")
     parser.add_argument("--origin-slo-error-rate", type=float, help="the target's originSlo errorRate")
     parser.add_argument("--seed", type=int, default=7)
@@ -150,9 +178,13 @@ class CallRecord:
         self.cpu_s = 0.0
         self._lock = threading.Lock()
 
-    def add(self, other: "CallRecord") -> None:
-        for mine, theirs in ((self.latencies, other.latencies), (self.due, other.due), (self.sent, other.sent),
-                             (self.backlog, other.backlog)):
+    def add(self, other: CallRecord) -> None:
+        for mine, theirs in (
+            (self.latencies, other.latencies),
+            (self.due, other.due),
+            (self.sent, other.sent),
+            (self.backlog, other.backlog),
+        ):
             for kind, values in theirs.items():
                 mine[kind].extend(values)
         self.failures.update(other.failures)
@@ -186,7 +218,8 @@ class Api(CallRecord):
 
     async def call(self, kind: str, method: str, path: str, headers: dict, body: bytes | None = None) -> Answer:
         return await asyncio.get_running_loop().run_in_executor(
-            self.pools[kind], self._call, time.perf_counter(), kind, method, path, headers, body)
+            self.pools[kind], self._call, time.perf_counter(), kind, method, path, headers, body
+        )
 
     async def clicks(self, n: int, method: str, path: str, headers: dict, body: bytes) -> list[Answer]:
         """The same purchase sent `n` times at once (a double click)."""
@@ -335,14 +368,18 @@ class InProcessApi(CallRecord):
         if status >= 500:
             self._fail(str(status))
         retry_after_s = float(response["headers"].get("Retry-After") or 0)
-        return Answer(status, json.loads(response["body"]) if response["body"] else None, retry_after_s, sent_at,
-                      time.time())
+        return Answer(
+            status, json.loads(response["body"]) if response["body"] else None, retry_after_s, sent_at, time.time()
+        )
 
-    def _click(self, journey, purchased: queue.Queue, n: int, method: str, path: str, headers: dict,
-               body: bytes) -> None:
+    def _click(
+        self, journey, purchased: queue.Queue, n: int, method: str, path: str, headers: dict, body: bytes
+    ) -> None:
         submitted = time.perf_counter()
-        calls = [self.http.pools["purchase"].submit(self.http._call, submitted, "purchase", method, path, headers, body)
-                 for _ in range(n)]
+        calls = [
+            self.http.pools["purchase"].submit(self.http._call, submitted, "purchase", method, path, headers, body)
+            for _ in range(n)
+        ]
         self._waiter.submit(lambda: purchased.put((journey, [call.result() for call in calls])))
 
 
@@ -386,7 +423,7 @@ def plan_users(options: argparse.Namespace, rng: random.Random) -> list[User]:
     ]
 
 
-async def journey(user: User, api: "Api | InProcessApi", started: float, signer: TokenSigner) -> None:
+async def journey(user: User, api: Api | InProcessApi, started: float, signer: TokenSigner) -> None:
     """Arrive, wait in line as long as the server says between polls (or give up), buy."""
     await api.sleep(max(0.0, started + user.arrives_s - time.time()))
     entry = await enter(user, api, signer)
@@ -420,7 +457,7 @@ async def journey(user: User, api: "Api | InProcessApi", started: float, signer:
         await buy(user, entry["entryToken"], api)
 
 
-async def enter(user: User, api: "Api | InProcessApi", signer: TokenSigner) -> dict | None:
+async def enter(user: User, api: Api | InProcessApi, signer: TokenSigner) -> dict | None:
     """Join the line, retrying after Retry-After while it is full; the entry, or None on a refusal."""
     while True:
         answer = await api.call("enter", "POST", ENTRIES, {"X-User-Id": str(user.id)})
@@ -439,7 +476,7 @@ async def enter(user: User, api: "Api | InProcessApi", signer: TokenSigner) -> d
         await api.sleep(answer.retry_after_s)
 
 
-async def buy(user: User, token: str, api: "Api | InProcessApi") -> None:
+async def buy(user: User, token: str, api: Api | InProcessApi) -> None:
     """Send the purchase with the entry token (twice at once for a double-clicker); note what came back."""
     headers = {**user_headers(user), "X-Entry-Token": token, "Content-Type": "application/json"}
     answers = await api.clicks(2 if user.double_clicks else 1, "POST", PURCHASE, headers, b'{"quantity": 1}')
@@ -453,8 +490,9 @@ def user_headers(user: User) -> dict:
     return {"X-User-Id": str(user.id), "X-Queue-Ticket": user.ticket}
 
 
-async def run_crowd(users: list[User], api: Api, pump: RecordingPump, signer: TokenSigner,
-                    options: argparse.Namespace) -> float:
+async def run_crowd(
+    users: list[User], api: Api, pump: RecordingPump, signer: TokenSigner, options: argparse.Namespace
+) -> float:
     """Run every user's journey, with a progress bar, until the last one ends; returns the start time."""
     started = time.time()
     with tqdm(total=len(users), unit="user", desc="journeys done", disable=not options.progress) as bar:
@@ -466,8 +504,9 @@ async def run_crowd(users: list[User], api: Api, pump: RecordingPump, signer: To
         async def figures() -> None:
             while True:
                 last = target_tick(pump.ticks[-1][1]) if pump.ticks else None
-                bar.set_postfix(waiting=last.waiting if last else 0,
-                                bought=sum(u.outcome == "bought" for u in users), refresh=False)
+                bar.set_postfix(
+                    waiting=last.waiting if last else 0, bought=sum(u.outcome == "bought" for u in users), refresh=False
+                )
                 await asyncio.sleep(0.5)
 
         shown = asyncio.create_task(figures())
@@ -476,8 +515,9 @@ async def run_crowd(users: list[User], api: Api, pump: RecordingPump, signer: To
     return started
 
 
-def _worker(env: dict, users: list[User], api_url: str, threads: int, keyring, ready, started, go, done,
-            results) -> None:
+def _worker(
+    env: dict, users: list[User], api_url: str, threads: int, keyring, ready, started, go, done, results
+) -> None:
     """One of the simulator's worker processes (`--transport inproc`): the app, and a share of the crowd."""
     os.environ.update(env)
     app, _ = load_app()
@@ -510,9 +550,25 @@ def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse
     workers = options.crowd_processes or os.cpu_count() or 1
     ready, started, go = context.Semaphore(0), context.Value("d", 0.0), context.Event()
     done, results = context.Value("i", 0), context.Queue()
-    processes = [context.Process(target=_worker, daemon=True, args=(
-        stack.env, users[k::workers], stack.api_url, options.threads, stack.settings.keyring, ready, started, go,
-        done, results)) for k in range(workers)]
+    processes = [
+        context.Process(
+            target=_worker,
+            daemon=True,
+            args=(
+                stack.env,
+                users[k::workers],
+                stack.api_url,
+                options.threads,
+                stack.settings.keyring,
+                ready,
+                started,
+                go,
+                done,
+                results,
+            ),
+        )
+        for k in range(workers)
+    ]
     for process in processes:
         process.start()
     for _ in processes:  # every worker has loaded the app: the crowd starts now
@@ -541,21 +597,31 @@ def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse
 
 def shop_options(options: argparse.Namespace) -> dict:
     # A shop with a capacity times its orders: in its own process, the crowd's threads cannot slow its clock.
-    return {"says_sold_out": not options.shop_silent, "capacity_per_s": options.shop_capacity,
-            "workers": options.shop_workers,
-            "own_process": options.shop_capacity is not None}
+    return {
+        "says_sold_out": not options.shop_silent,
+        "capacity_per_s": options.shop_capacity,
+        "workers": options.shop_workers,
+        "own_process": options.shop_capacity is not None,
+    }
 
 
 def configure_target(api_url: str, options: argparse.Namespace) -> None:
     """Give the line its originSlo, if asked (the stack's defaults are the batch and tick)."""
-    slo = {name: value for name, value in (("p95Ms", options.origin_slo_p95_ms),
-                                           ("errorRate", options.origin_slo_error_rate)) if value is not None}
+    slo = {
+        name: value
+        for name, value in (("p95Ms", options.origin_slo_p95_ms), ("errorRate", options.origin_slo_error_rate))
+        if value is not None
+    }
     if not slo:
         return
     host, port = api_url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    connection.request("PUT", ENTRIES.removesuffix("/entries") + "/config", body=json.dumps({"originSlo": slo}),
-                       headers={"Content-Type": "application/json"})
+    connection.request(
+        "PUT",
+        ENTRIES.removesuffix("/entries") + "/config",
+        body=json.dumps({"originSlo": slo}),
+        headers={"Content-Type": "application/json"},
+    )
     answer = connection.getresponse()
     answer.read()
     if answer.status != 200:
@@ -594,11 +660,20 @@ def main(argv: list[str] | None = None) -> int:
     env["VQ_EVENTS_FILE"] = str(events_file)
     users = plan_users(options, random.Random(options.seed))
     # The pump in this process prints its metrics: to pump.log, beside the API's output.
-    with open(options.out / "api.log", "wb") as api_log, open(options.out / "pump.log", "w") as pump_log, \
-            contextlib.redirect_stdout(pump_log), LocalStack(
-                env, api_port=free_port(), stock=options.stock, pump_class=RecordingPump, api_output=api_log,
-                api_workers=options.workers, shop_options=shop_options(options),
-            ) as stack:
+    with (
+        open(options.out / "api.log", "wb") as api_log,
+        open(options.out / "pump.log", "w") as pump_log,
+        contextlib.redirect_stdout(pump_log),
+        LocalStack(
+            env,
+            api_port=free_port(),
+            stock=options.stock,
+            pump_class=RecordingPump,
+            api_output=api_log,
+            api_workers=options.workers,
+            shop_options=shop_options(options),
+        ) as stack,
+    ):
         configure_target(stack.api_url, options)
         redis_cpu_at, own_cpu_at = redis_cpu_s(stack.env["REDIS_URL"]), time.process_time()
         if options.transport == "inproc":
@@ -611,20 +686,34 @@ def main(argv: list[str] | None = None) -> int:
         finished = time.time()
         redis_cpu, own_cpu = redis_cpu_s(stack.env["REDIS_URL"]) - redis_cpu_at, time.process_time() - own_cpu_at
         # Over HTTP the app runs in the local API's processes (not counted), and the crowd in this one.
-        cpu_s = {"the app and the crowd": api.cpu_s, "Redis": redis_cpu, "the pump": own_cpu} \
-            if options.transport == "inproc" else \
-            {"the app (the local API)": None, "Redis": redis_cpu, "the pump and the crowd": own_cpu}
-        report = analyse(options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished,
-                         cpu_s)
+        cpu_s = (
+            {"the app and the crowd": api.cpu_s, "Redis": redis_cpu, "the pump": own_cpu}
+            if options.transport == "inproc"
+            else {"the app (the local API)": None, "Redis": redis_cpu, "the pump and the crowd": own_cpu}
+        )
+        report = analyse(
+            options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished, cpu_s
+        )
     # After the stack stopped: the pump's last round of publishing is in the file.
-    report["events"] = dict(sorted(collections.Counter(
-        json.loads(line)["detail-type"] for line in events_file.read_text().splitlines()).items())) \
-        if events_file.exists() else {}
+    report["events"] = (
+        dict(
+            sorted(
+                collections.Counter(
+                    json.loads(line)["detail-type"] for line in events_file.read_text().splitlines()
+                ).items()
+            )
+        )
+        if events_file.exists()
+        else {}
+    )
     (options.out / "report.json").write_text(json.dumps(report, indent=1))
     plot(report, options.out / "plot.png")
     print(summary(report, options.out), flush=True)
-    print(f"events published ({events_file}): "
-          + (", ".join(f"{kind} {n:,}" for kind, n in report["events"].items()) or "none"), flush=True)
+    print(
+        f"events published ({events_file}): "
+        + (", ".join(f"{kind} {n:,}" for kind, n in report["events"].items()) or "none"),
+        flush=True,
+    )
     return 0 if report["ok"] else 1
 
 

@@ -37,8 +37,12 @@ BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events")
 def run(name: str, url: str) -> tuple[dict, float]:
     started = time.monotonic()
     print(f"  bench_{name}.py ...", end="", flush=True, file=sys.stderr)
-    done = subprocess.run([sys.executable, str(HERE / f"bench_{name}.py")], env={**os.environ, "BENCH_REDIS_URL": url},
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(HERE / f"bench_{name}.py")],
+        env={**os.environ, "BENCH_REDIS_URL": url},
+        capture_output=True,
+        text=True,
+    )
     seconds = time.monotonic() - started
     if done.returncode != 0:
         sys.exit(f"\nbench_{name}.py failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
@@ -65,9 +69,12 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         elif name.startswith("pump"):
             # Per tick: keep the lock, read the registry, then one pipeline for every target's evict and admit.
             targets = 10 if "10 targets" in name else 1
-            add(f"  {name} (lock, registry, 1 pipeline)", f"{sends} = {sends / targets:.1f} per target",
+            add(
+                f"  {name} (lock, registry, 1 pipeline)",
+                f"{sends} = {sends / targets:.1f} per target",
                 "1 per target" if targets > 1 else "",
-                ("ok" if sends / targets <= 1 else "MISSED") if targets > 1 else None)
+                ("ok" if sends / targets <= 1 else "MISSED") if targets > 1 else None,
+            )
         elif "registers" in name:
             add(f"  {name}", str(sends), "2 (by design)", "ok" if sends == 2 else "MISSED")
         elif name.startswith("purchase"):
@@ -79,8 +86,10 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
             add(f"  {name}", str(sends), "1", "ok" if sends == 1 else "MISSED")
 
     calls = scripts["calls"]
-    section(f"REDIS SERVER CPU PER CALL, pipelined (-P {scripts['pipeline']}): commandstats usec_per_call; "
-            f"process CPU", scripts["load_average"])
+    section(
+        f"REDIS SERVER CPU PER CALL, pipelined (-P {scripts['pipeline']}): commandstats usec_per_call; process CPU",
+        scripts["load_average"],
+    )
     add("  ZADD key <random> member:<random> (baseline)", shown(calls["ZADD (baseline)"]["usec_per_call"], " us", 1))
     for name in ("enter", "status", "leave", "consume", "tick"):
         row = calls[name]
@@ -92,8 +101,10 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         add(f"  {name}.lua: server CPU per call x its naive pipeline", shown(row["x_naive"]), "<= 1.0x", row["verdict"])
         add("    the same by usec_per_call (execution only)", shown(row["x_naive_usec"]))
         add(f"    {name}.lua", shown(row["cpu_us_per_call"], " us", 1))
-        add(f"    naive {name}: its {len(naive['commands'])} commands pipelined",
-            shown(naive["cpu_us_per_call"], " us", 1))
+        add(
+            f"    naive {name}: its {len(naive['commands'])} commands pipelined",
+            shown(naive["cpu_us_per_call"], " us", 1),
+        )
     for name in ("status", "enter", "ZADD (baseline)"):
         add(f"  {name}: pipelined calls/s per server core", shown(calls[name]["calls_per_second_per_core"], "", 0))
     counted = scripts.get("instructions")
@@ -102,13 +113,19 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         add(f"  server instructions per call (callgrind, {counted['server']}; user space only)")
         for name in ("status", "enter"):
             row, naive = counted["calls"][name], counted["calls"][f"naive {name}"]
-            add(f"    {name}.lua x its naive pipeline",
-                f"{row['x_naive']:.2f}x ({row['instructions_per_call']:,} / {naive['instructions_per_call']:,})")
+            add(
+                f"    {name}.lua x its naive pipeline",
+                f"{row['x_naive']:.2f}x ({row['instructions_per_call']:,} / {naive['instructions_per_call']:,})",
+            )
 
     section("HANDLER CPU PER REQUEST, x a minimal Chalice route making the same script call", request["load_average"])
     for name, row in request["requests"].items():
-        add(f"  {name}: handler x minimal route", shown(row["x_floor"]), "<= 1.5x" if name == "status" else "",
-            row.get("verdict"))
+        add(
+            f"  {name}: handler x minimal route",
+            shown(row["x_floor"]),
+            "<= 1.5x" if name == "status" else "",
+            row.get("verdict"),
+        )
         add("    handler", shown(row["handler_cpu_us"], " us", 0))
         add("    minimal Chalice route", shown(row["floor_cpu_us"], " us", 0))
         for component, figure in row["components_us"].items():
@@ -120,49 +137,78 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
     section("MEMORY PER WAITING USER (100,000 in one target, MEMORY USAGE of its sorted sets)")
     for row in scripts["memory"]:
         deployed = row["allocator"].startswith("jemalloc")
-        add(f"  {row['server']} ({row['allocator']}){', as deployed (ElastiCache)' if deployed else ''}",
-            f"{row['bytes_per_user']:.0f} bytes", "<= 250 bytes" if deployed else "",
-            ("ok" if row["bytes_per_user"] <= 250 else "MISSED") if deployed else None)
+        add(
+            f"  {row['server']} ({row['allocator']}){', as deployed (ElastiCache)' if deployed else ''}",
+            f"{row['bytes_per_user']:.0f} bytes",
+            "<= 250 bytes" if deployed else "",
+            ("ok" if row["bytes_per_user"] <= 250 else "MISSED") if deployed else None,
+        )
     if not any(row["allocator"].startswith("jemalloc") for row in scripts["memory"]):
-        add("  a jemalloc server, as deployed", "not measured: point REDIS_URL at one (the machine's Redis 7)",
-            "<= 250 bytes", "MISSED")
+        add(
+            "  a jemalloc server, as deployed",
+            "not measured: point REDIS_URL at one (the machine's Redis 7)",
+            "<= 250 bytes",
+            "MISSED",
+        )
 
     section("PUMP")
     for mode in pump["concurrent_pumps"]:
-        add(f"  8 concurrent pumps, {mode['mode']}: admissions per tick",
-            f"{mode['admissions_per_tick']:.1f} = {mode['ratio_to_batch']:.3f}x batch", "1.000x batch",
-            "ok" if abs(mode["ratio_to_batch"] - 1) < 0.005 else "MISSED")
+        add(
+            f"  8 concurrent pumps, {mode['mode']}: admissions per tick",
+            f"{mode['admissions_per_tick']:.1f} = {mode['ratio_to_batch']:.3f}x batch",
+            "1.000x batch",
+            "ok" if abs(mode["ratio_to_batch"] - 1) < 0.005 else "MISSED",
+        )
     abandon = pump["abandonment"]
-    add("  30 % abandonment: admissions to users still waiting", f"{abandon['this design']['share']:.1%}", "100 %",
-        "ok" if abandon["this design"]["share"] == 1 else "MISSED")
+    add(
+        "  30 % abandonment: admissions to users still waiting",
+        f"{abandon['this design']['share']:.1%}",
+        "100 %",
+        "ok" if abandon["this design"]["share"] == 1 else "MISSED",
+    )
     add("  30 % abandonment, naive mark (mark += batch)", f"{abandon['naive mark']['share']:.1%}")
     tick = pump["tick_100_targets"]
-    add(f"  one tick, {tick['targets']} targets x {tick['users_per_target']:,} waiting, one mass departure: Redis",
-        shown(tick["redis_us"], " us", 0))
+    add(
+        f"  one tick, {tick['targets']} targets x {tick['users_per_target']:,} waiting, one mass departure: Redis",
+        shown(tick["redis_us"], " us", 0),
+    )
     add("    the pump's CPU (gauges written)", shown(tick["client_cpu_us"], " us", 0))
     add("    the pump's wall time", shown(tick["client_wall_us"], " us", 0))
 
     ratios, per_second = authorizer["ratio_to_bare_hmac"], authorizer["per_second"]
-    section(f"AUTHORIZER (x bare HMAC-SHA256: {authorizer['baseline']}, {per_second['bare_hmac_sha256']:,}/s)",
-            authorizer["load_average"])
+    section(
+        f"AUTHORIZER (x bare HMAC-SHA256: {authorizer['baseline']}, {per_second['bare_hmac_sha256']:,}/s)",
+        authorizer["load_average"],
+    )
     # No target against the bare HMAC: the MAC is a fifth to a quarter of a verification; the rest is the strict
     # reading the token format asks for (bench_authorizer.py).
     add("  keyed HMAC (the MAC as the token module computes it)", shown(ratios["keyed_hmac"], "x", 3))
     add("  check_entry (the verification)", shown(ratios["check_entry"], "x", 3))
     add("  gate.authorize (ARN, headers, verification, policy)", shown(ratios["gate_authorize"], "x", 3))
     add("  purchase_authorizer handler", shown(ratios["authorizer_handler"], "x", 3))
-    add("    handler x gate.authorize (its body)", shown(authorizer["handler_x_authorize"], "x", 3), ">= 0.8x",
-        benchlib.verdict(authorizer["handler_x_authorize"], least=authorizer["target_handler_x_authorize"]))
+    add(
+        "    handler x gate.authorize (its body)",
+        shown(authorizer["handler_x_authorize"], "x", 3),
+        ">= 0.8x",
+        benchlib.verdict(authorizer["handler_x_authorize"], least=authorizer["target_handler_x_authorize"]),
+    )
 
-    section(f"COLD START of {cold['package']}, read-only, fresh `python -I`: CPU x its dependencies alone",
-            cold["load_average"])
+    section(
+        f"COLD START of {cold['package']}, read-only, fresh `python -I`: CPU x its dependencies alone",
+        cold["load_average"],
+    )
     for variant, row in cold["runs"].items():
         # The verdict takes the one-interpreter ratio (bench_cold_start.py): the dependencies, then the app over them.
-        add(f"  {variant}: app over its dependencies, one interpreter ({shown(row['own_ms'], ' ms', 0)} own)",
-            shown(row["x_dependencies_one_interpreter"]), "<= 1.2x" if variant == "with bytecode" else "",
-            row.get("verdict"))
-        add(f"    {shown(row['app_ms'], ' ms', 0)} alone x its dependencies alone, two interpreters",
-            shown(row["x_dependencies"]))
+        add(
+            f"  {variant}: app over its dependencies, one interpreter ({shown(row['own_ms'], ' ms', 0)} own)",
+            shown(row["x_dependencies_one_interpreter"]),
+            "<= 1.2x" if variant == "with bytecode" else "",
+            row.get("verdict"),
+        )
+        add(
+            f"    {shown(row['app_ms'], ' ms', 0)} alone x its dependencies alone, two interpreters",
+            shown(row["x_dependencies"]),
+        )
         add(f"    bytecode {row['bytecode']}; dependencies alone", shown(row["dependencies_ms"], " ms", 0))
 
     section("EVENTS: a call's server time (EVALSHA usec_per_call), events on x off", events["load_average"])
@@ -170,13 +216,17 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         add(f"  {name}", shown(benchlib.ratios(row["on"], row["off"])))
         add("    off", shown(benchlib.spread(row["off"]), " us", 1))
         add("    on", shown(benchlib.spread(row["on"]), " us", 1))
-        add("    round trips per call, off -> on",
-            f"{statistics.median(row['round_trips_off']):.2f} -> {statistics.median(row['round_trips_on']):.2f}")
+        add(
+            "    round trips per call, off -> on",
+            f"{statistics.median(row['round_trips_off']):.2f} -> {statistics.median(row['round_trips_on']):.2f}",
+        )
     for name, rate in events["publish_per_s"].items():
         add(f"  events published per second, to {name}", f"{rate:,.0f}")
     for kind, row in events["delays"].items():
-        add(f"  change to publication, {kind} (pump ticking every 1 s)",
-            f"p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms")
+        add(
+            f"  change to publication, {kind} (pump ticking every 1 s)",
+            f"p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms",
+        )
     for server, used in events["memory_per_1000_events"].items():
         add(f"  outbox memory per 1,000 events, {server}", f"{used:,.0f} bytes")
     return found
@@ -184,9 +234,11 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
 
 def main() -> None:
     if shutil.which("redis-benchmark") is None:
-        sys.exit("make bench needs redis-benchmark, which comes with the Redis command-line tools:\n"
-                 "  Debian/Ubuntu: sudo apt-get install -y redis-tools\n"
-                 "  macOS:         brew install redis")
+        sys.exit(
+            "make bench needs redis-benchmark, which comes with the Redis command-line tools:\n"
+            "  Debian/Ubuntu: sudo apt-get install -y redis-tools\n"
+            "  macOS:         brew install redis"
+        )
     started = time.monotonic()
     print("running the benchmarks (a few minutes):", file=sys.stderr)
     with benchlib.redis_url() as url:
@@ -199,19 +251,27 @@ def main() -> None:
 
     table = rows(results)
     width = max(len(measure) for measure, result, *_ in table if result) + 2
-    print(f"\nvirtual-queue benchmarks: {server} of this run's own, Python {platform.python_version()}, "
-          f"{os.cpu_count()} cores, {time.monotonic() - started:.0f} s; median [range] over "
-          f"{benchlib.ROUNDS} or more alternating rounds")
+    print(
+        f"\nvirtual-queue benchmarks: {server} of this run's own, Python {platform.python_version()}, "
+        f"{os.cpu_count()} cores, {time.monotonic() - started:.0f} s; median [range] over "
+        f"{benchlib.ROUNDS} or more alternating rounds"
+    )
     for measure, result, target, verdict in table:
         if not result:  # a section
             print(f"\n{measure}")
             continue
         print(f"{measure:<{width}}{result:<32}{target:<14}{verdict or ''}")
-    out = benchlib.write_json("bench.json", {
-        "server": server, "python": platform.python_version(), "cores": os.cpu_count(), "seconds": seconds,
-        "table": [{"measure": m.strip(), "result": res, "target": t, "verdict": v} for m, res, t, v in table],
-        **results,
-    })
+    out = benchlib.write_json(
+        "bench.json",
+        {
+            "server": server,
+            "python": platform.python_version(),
+            "cores": os.cpu_count(),
+            "seconds": seconds,
+            "table": [{"measure": m.strip(), "result": res, "target": t, "verdict": v} for m, res, t, v in table],
+            **results,
+        },
+    )
     print(f"\nwrote {out.relative_to(benchlib.ROOT)} (and build/bench_<name>.json per benchmark)")
 
 

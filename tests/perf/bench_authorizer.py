@@ -34,20 +34,22 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 SECRET = "bench-secret-0123456789abcdefghijklmnopqrstuv"
-os.environ.update({
-    "VQ_TOKEN_KEYS": json.dumps({"k1": SECRET}),
-    "VQ_TOKEN_ACTIVE_KID": "k1",
-    "POWERTOOLS_SERVICE_NAME": "virtual-queue",
-    "POWERTOOLS_LOG_LEVEL": "INFO",
-    "POWERTOOLS_TRACE_DISABLED": "1",
-})
+os.environ.update(
+    {
+        "VQ_TOKEN_KEYS": json.dumps({"k1": SECRET}),
+        "VQ_TOKEN_ACTIVE_KID": "k1",
+        "POWERTOOLS_SERVICE_NAME": "virtual-queue",
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }
+)
+
+import benchlib  # noqa: E402  (beside this file)
 
 from app import purchase_authorizer  # noqa: E402
 from chalicelib import runtime  # noqa: E402
 from chalicelib.gate import authorize, check_entry  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
-
-import benchlib  # noqa: E402  (beside this file)
 
 TARGET = Target("limited-drop", 42)
 TARGET_HANDLER_X_AUTHORIZE = 0.8
@@ -67,7 +69,10 @@ class LambdaContext:
 
 
 def rates(
-    calls: dict, rounds: int = 9, slices: int = 20, seconds: float = 0.25,
+    calls: dict,
+    rounds: int = 9,
+    slices: int = 20,
+    seconds: float = 0.25,
 ) -> tuple[dict[str, list[float]], list[float]]:
     """Calls per CPU second of each of `calls`, per round. A round gives each measure about `seconds` of CPU in
     `slices` turns, the measures taking turns slice by slice: a slow spell of the shared machine then meets every
@@ -120,10 +125,16 @@ def main() -> None:
         "path": "/limited-drops/42/orders",
         "httpMethod": "POST",
         "headers": {
-            "Accept": "application/json", "Content-Type": "application/json", "Host": "api.example.com",
-            "User-Agent": "Mozilla/5.0", "X-Amzn-Trace-Id": "Root=1-00000000-000000000000000000000000",
-            "X-Forwarded-For": "203.0.113.7", "X-Forwarded-Port": "443", "X-Forwarded-Proto": "https",
-            "X-Entry-Token": token, "X-User-Id": "7",
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "Host": "api.example.com",
+            "User-Agent": "Mozilla/5.0",
+            "X-Amzn-Trace-Id": "Root=1-00000000-000000000000000000000000",
+            "X-Forwarded-For": "203.0.113.7",
+            "X-Forwarded-Port": "443",
+            "X-Forwarded-Proto": "https",
+            "X-Entry-Token": token,
+            "X-User-Id": "7",
         },
         "pathParameters": {"drop_id": "42"},
         "requestContext": {"requestId": str(uuid.uuid4()), "stage": "api", "httpMethod": "POST"},
@@ -132,14 +143,16 @@ def main() -> None:
     assert purchase_authorizer(event, context)["policyDocument"]["Statement"][0]["Effect"] == "Allow"
     assert check_entry(signer, TARGET, token, "7", now) is not None
 
-    found, loads = rates({
-        "bare_hmac_sha256": lambda: hmac.new(key, payload, hashlib.sha256).digest(),
-        "keyed_hmac": lambda: keyed_mac(keyed.copy(), payload),
-        "read_entry_token": lambda: signer.read_entry_token(token, now),
-        "check_entry": lambda: check_entry(signer, TARGET, token, "7", now),
-        "gate_authorize": lambda: authorize(signer, event, now, lambda target, user_id: True),
-        "authorizer_handler": lambda: purchase_authorizer(event, context),
-    })
+    found, loads = rates(
+        {
+            "bare_hmac_sha256": lambda: hmac.new(key, payload, hashlib.sha256).digest(),
+            "keyed_hmac": lambda: keyed_mac(keyed.copy(), payload),
+            "read_entry_token": lambda: signer.read_entry_token(token, now),
+            "check_entry": lambda: check_entry(signer, TARGET, token, "7", now),
+            "gate_authorize": lambda: authorize(signer, event, now, lambda target, user_id: True),
+            "authorizer_handler": lambda: purchase_authorizer(event, context),
+        }
+    )
     bare = found["bare_hmac_sha256"]
     results = {name: statistics.median(values) for name, values in found.items()}
     ratios = {name: benchlib.ratios(values, bare) for name, values in found.items()}
@@ -156,14 +169,18 @@ def main() -> None:
         "handler_x_authorize": benchlib.ratios(found["authorizer_handler"], found["gate_authorize"]),
         "target_handler_x_authorize": TARGET_HANDLER_X_AUTHORIZE,
     }
-    print(f"baseline: hmac.new(key, payload, hashlib.sha256).digest(); median [range] of {len(bare)} alternating "
-          f"rounds, load average {min(loads)}-{max(loads)}")
+    print(
+        f"baseline: hmac.new(key, payload, hashlib.sha256).digest(); median [range] of {len(bare)} alternating "
+        f"rounds, load average {min(loads)}-{max(loads)}"
+    )
     print(f"{'measure':<22}{'per second':>14}{'us/call':>10}{'x bare HMAC':>26}")
     for name, value in results.items():
         print(f"{name:<22}{value:>14,.0f}{1e6 / value:>10.2f}{benchlib.shown(ratios[name], 'x', 3):>26}")
     verdict = benchlib.verdict(report["handler_x_authorize"], least=TARGET_HANDLER_X_AUTHORIZE)
-    print(f"handler x gate.authorize: {benchlib.shown(report['handler_x_authorize'], 'x', 3)} "
-          f"(target >= {TARGET_HANDLER_X_AUTHORIZE}x) {verdict}")
+    print(
+        f"handler x gate.authorize: {benchlib.shown(report['handler_x_authorize'], 'x', 3)} "
+        f"(target >= {TARGET_HANDLER_X_AUTHORIZE}x) {verdict}"
+    )
     out = benchlib.write_json("bench_authorizer.json", report)
     print(f"written to {out.relative_to(ROOT)}")
 

@@ -39,18 +39,24 @@ PACKAGE = benchlib.BUILD / "deployment.zip"
 OWN = ("app", "chalicelib")
 # What the timed interpreter runs: the package first on the path, the runtime's own modules after it.
 PRELUDE = "import sys; sys.path[:0] = [{root!r}]; sys.path.append({runtime!r}); import time; "
-TIMED = PRELUDE + ("started, cpu = time.perf_counter(), time.process_time(); {imports}; "
-                   "print(time.perf_counter() - started, time.process_time() - cpu)")
+TIMED = PRELUDE + (
+    "started, cpu = time.perf_counter(), time.process_time(); {imports}; "
+    "print(time.perf_counter() - started, time.process_time() - cpu)"
+)
 # The dependencies, then the app over them: CPU and wall seconds of each.
-TIMED_OVER = PRELUDE + ("started, cpu = time.perf_counter(), time.process_time(); {imports}; "
-                        "deps = time.perf_counter() - started, time.process_time() - cpu; "
-                        "started, cpu = time.perf_counter(), time.process_time(); import app; "
-                        "print(*deps, time.perf_counter() - started, time.process_time() - cpu)")
+TIMED_OVER = PRELUDE + (
+    "started, cpu = time.perf_counter(), time.process_time(); {imports}; "
+    "deps = time.perf_counter() - started, time.process_time() - cpu; "
+    "started, cpu = time.perf_counter(), time.process_time(); import app; "
+    "print(*deps, time.perf_counter() - started, time.process_time() - cpu)"
+)
 # Third-party modules only: the standard library modules the app itself imports are the app's cost.
-LOADED = PRELUDE + ("before = set(sys.modules); import app; "
-                    "print('\\n'.join(m for m, module in list(sys.modules.items()) if m not in before "
-                    "and (getattr(module, '__file__', None) or '').startswith(({root!r}, {runtime!r})) "
-                    "and m.split('.')[0] not in {own!r}))")
+LOADED = PRELUDE + (
+    "before = set(sys.modules); import app; "
+    "print('\\n'.join(m for m, module in list(sys.modules.items()) if m not in before "
+    "and (getattr(module, '__file__', None) or '').startswith(({root!r}, {runtime!r})) "
+    "and m.split('.')[0] not in {own!r}))"
+)
 
 
 def environment() -> dict[str, str]:
@@ -83,8 +89,9 @@ def unpack(into: Path, bytecode: bool) -> str:
 
 def run(code: str) -> str:
     # -B as well: run as root, Python writes bytecode into a directory whatever its permissions say.
-    return subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code], env=environment(), check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", code], env=environment(), check=True, capture_output=True, text=True
+    ).stdout
 
 
 def seconds(root: Path, imports: str) -> tuple[float, float]:
@@ -95,8 +102,9 @@ def seconds(root: Path, imports: str) -> tuple[float, float]:
 
 def seconds_over(root: Path, dependencies: str) -> tuple[float, float, float, float]:
     """Wall and CPU seconds of the dependencies, then of `import app` over them, in one fresh interpreter."""
-    deps_wall, deps_cpu, app_wall, app_cpu = run(TIMED_OVER.format(
-        root=str(root), runtime=RUNTIME, imports=dependencies)).split()[-4:]
+    deps_wall, deps_cpu, app_wall, app_cpu = run(
+        TIMED_OVER.format(root=str(root), runtime=RUNTIME, imports=dependencies)
+    ).split()[-4:]
     return float(deps_wall), float(deps_cpu), float(app_wall), float(app_cpu)
 
 
@@ -105,8 +113,9 @@ RUNTIME = sysconfig.get_paths()["purelib"]
 
 def main() -> None:
     # The package of the code as it is now (about 10 s), never one left in build/ by an earlier build.
-    subprocess.run([sys.executable, "infra/package.py", str(benchlib.BUILD)], cwd=benchlib.ROOT, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "infra/package.py", str(benchlib.BUILD)], cwd=benchlib.ROOT, check=True, capture_output=True
+    )
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
         roots, how = {}, {}
         for variant, bytecode in (("with bytecode", True), ("without bytecode", False)):
@@ -138,25 +147,41 @@ def main() -> None:
             "app_ms": benchlib.spread([c * 1000 for c in app_cpu]),
             "dependencies_ms": benchlib.spread([c * 1000 for c in deps_cpu]),
             "x_dependencies": benchlib.ratios(app_cpu, deps_cpu),
-            "wall": {"app_ms": benchlib.spread([w * 1000 for w, _ in app]),
-                     "x_dependencies": benchlib.ratios([w for w, _ in app], [w for w, _ in deps])},
+            "wall": {
+                "app_ms": benchlib.spread([w * 1000 for w, _ in app]),
+                "x_dependencies": benchlib.ratios([w for w, _ in app], [w for w, _ in deps]),
+            },
         }
-    rows["with bytecode"]["verdict"] = benchlib.verdict(rows["with bytecode"]["x_dependencies_one_interpreter"],
-                                                        TARGET_RATIO)
-    print(f"\ncold start of {PACKAGE.relative_to(benchlib.ROOT)}, unpacked read-only, `python -I -S -B`: CPU time, "
-          f"median [range] of {benchlib.ROUNDS} alternating rounds, load average {min(loads)}-{max(loads)}")
+    rows["with bytecode"]["verdict"] = benchlib.verdict(
+        rows["with bytecode"]["x_dependencies_one_interpreter"], TARGET_RATIO
+    )
+    print(
+        f"\ncold start of {PACKAGE.relative_to(benchlib.ROOT)}, unpacked read-only, `python -I -S -B`: CPU time, "
+        f"median [range] of {benchlib.ROUNDS} alternating rounds, load average {min(loads)}-{max(loads)}"
+    )
     print(f"the dependencies: the {len(loaded)} third-party modules that importing the app loads\n")
-    print(f"{'':<18}{'app':>22}{'dependencies':>22}{'x dependencies':>24}{'own modules':>20}"
-          f"{'x, one interpreter':>24}   bytecode")
+    print(
+        f"{'':<18}{'app':>22}{'dependencies':>22}{'x dependencies':>24}{'own modules':>20}"
+        f"{'x, one interpreter':>24}   bytecode"
+    )
     for variant, row in rows.items():
         app, deps = benchlib.shown(row["app_ms"], " ms", 0), benchlib.shown(row["dependencies_ms"], " ms", 0)
-        print(f"{variant:<18}{app:>22}{deps:>22}{benchlib.shown(row['x_dependencies']):>24}"
-              f"{benchlib.shown(row['own_ms'], ' ms', 0):>20}{benchlib.shown(row['x_dependencies_one_interpreter']):>24}"
-              f"   {row['bytecode']}  {row.get('verdict', '')}")
-    out = benchlib.write_json("bench_cold_start.json", {
-        "package": str(PACKAGE.relative_to(benchlib.ROOT)), "rounds": benchlib.ROUNDS, "target_ratio": TARGET_RATIO,
-        "load_average": benchlib.loads(loads), "dependencies": loaded, "runs": rows,
-    })
+        print(
+            f"{variant:<18}{app:>22}{deps:>22}{benchlib.shown(row['x_dependencies']):>24}"
+            f"{benchlib.shown(row['own_ms'], ' ms', 0):>20}{benchlib.shown(row['x_dependencies_one_interpreter']):>24}"
+            f"   {row['bytecode']}  {row.get('verdict', '')}"
+        )
+    out = benchlib.write_json(
+        "bench_cold_start.json",
+        {
+            "package": str(PACKAGE.relative_to(benchlib.ROOT)),
+            "rounds": benchlib.ROUNDS,
+            "target_ratio": TARGET_RATIO,
+            "load_average": benchlib.loads(loads),
+            "dependencies": loaded,
+            "runs": rows,
+        },
+    )
     print(f"\nwrote {out.relative_to(benchlib.ROOT)}")
 
 

@@ -15,7 +15,6 @@ Prints a table and writes build/bench_events.json.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -25,8 +24,15 @@ import time
 import benchlib  # beside this file
 
 sys.path.insert(0, str(benchlib.ROOT))
-os.environ.update({**benchlib.BASE_ENV, "POWERTOOLS_LOG_LEVEL": "CRITICAL", "POWERTOOLS_METRICS_DISABLED": "true",
-                   "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
+os.environ.update(
+    {
+        **benchlib.BASE_ENV,
+        "POWERTOOLS_LOG_LEVEL": "CRITICAL",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+    }
+)
 
 from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.events import EventBridgeSink, Publisher  # noqa: E402
@@ -64,8 +70,9 @@ def fill(store: QueueStore, users: int, start: int = 1) -> None:
 
 
 def admit_all(store: QueueStore, batch: int) -> None:
-    rules = PumpRules(tick_ms=1, batch=batch, catchup_ticks=1, heartbeat_timeout_ms=600_000, max_evict=1000,
-                      idle_ttl_ms=600_000)
+    rules = PumpRules(
+        tick_ms=1, batch=batch, catchup_ticks=1, heartbeat_timeout_ms=600_000, max_evict=1000, idle_ttl_ms=600_000
+    )
     time.sleep(0.002)
     store.admit_and_evict_all([DROP], rules)
 
@@ -130,8 +137,10 @@ def client_costs(url: str, loads: list[float], calls: int = 1000) -> dict:
         measure("leave", lambda: [store.leave(DROP, u, u, now, 600_000) for u in range(1, calls // 2 + 1)])
         for t in tokens:
             store.consume(t, f"c{t.user_id}", now)
-        measure("purchase noted", lambda: [store.observe_purchase(DROP, Purchase(now, 50, True), True, False, t, 201)
-                                           for t in tokens])
+        measure(
+            "purchase noted",
+            lambda: [store.observe_purchase(DROP, Purchase(now, 50, True), True, False, t, 201) for t in tokens],
+        )
         measure("token restored", lambda: [store.restore(t, f"c{t.user_id}") for t in tokens])
         measure("tick admitting 100", lambda: [admit_all(store, 100) for _ in range(5)])
         benchlib.delete_prefix(client, prefix)
@@ -140,8 +149,8 @@ def client_costs(url: str, loads: list[float], calls: int = 1000) -> dict:
 
 def publish_rate(url: str, events: int = 20_000) -> dict:
     """Events per second one publisher drains: to an accepting sink, and to moto's EventBridge."""
-    from moto import mock_aws
     import boto3
+    from moto import mock_aws
 
     out = {}
     for name in ("accepting sink", "moto EventBridge"):
@@ -173,8 +182,16 @@ def delays(url: str, seconds: float = 12) -> dict:
     prefix = benchlib.bench_prefix()
     store = QueueStore(client, prefix, outbox_cap=CAP)
     fill(store, 5_000)
-    settings = load_settings({**os.environ, "VQ_KEY_PREFIX": prefix, "VQ_TICK_MS": "1000", "VQ_BATCH_SIZE": "100",
-                              "VQ_HEARTBEAT_TIMEOUT_S": "600", "REDIS_URL": url})
+    settings = load_settings(
+        {
+            **os.environ,
+            "VQ_KEY_PREFIX": prefix,
+            "VQ_TICK_MS": "1000",
+            "VQ_BATCH_SIZE": "100",
+            "VQ_HEARTBEAT_TIMEOUT_S": "600",
+            "REDIS_URL": url,
+        }
+    )
     sink = Accepting()
     pump = Pump(store, settings, publisher=Publisher(store, sink))
     stop = threading.Event()
@@ -195,8 +212,11 @@ def delays(url: str, seconds: float = 12) -> dict:
     out = {}
     for kind, values in sink.delays.items():
         values.sort()
-        out[kind] = {"events": len(values), "p50_ms": statistics.median(values),
-                     "p95_ms": values[int(0.95 * (len(values) - 1))]}
+        out[kind] = {
+            "events": len(values),
+            "p50_ms": statistics.median(values),
+            "p95_ms": values[int(0.95 * (len(values) - 1))],
+        }
     return out
 
 
@@ -223,17 +243,22 @@ def main() -> None:
         report["memory_per_1000_events"] = {report["server"]: memory_per_1000(url)}
     if os.environ.get("REDIS_URL"):
         jemalloc = benchlib.patient_client(os.environ["REDIS_URL"])
-        report["memory_per_1000_events"][benchlib.server_version(jemalloc) + " (REDIS_URL)"] = \
-            memory_per_1000(os.environ["REDIS_URL"])
+        report["memory_per_1000_events"][benchlib.server_version(jemalloc) + " (REDIS_URL)"] = memory_per_1000(
+            os.environ["REDIS_URL"]
+        )
     benchlib.write_json("bench_events.json", report)
 
     print(f"\nClient call cost, events off -> on ({report['server']}; median and range of {benchlib.ROUNDS} rounds)")
     print(f"  {'call':<20}{'server us/call off':>22}{'on':>22}{'round trips off':>17}{'on':>6}")
     for name, row in report["client_costs"].items():
+
         def span(values):
             return f"{statistics.median(values):6.1f} [{min(values):.1f}-{max(values):.1f}]"
-        print(f"  {name:<20}{span(row['off']):>22}{span(row['on']):>22}"
-              f"{statistics.median(row['round_trips_off']):>17.2f}{statistics.median(row['round_trips_on']):>6.2f}")
+
+        print(
+            f"  {name:<20}{span(row['off']):>22}{span(row['on']):>22}"
+            f"{statistics.median(row['round_trips_off']):>17.2f}{statistics.median(row['round_trips_on']):>6.2f}"
+        )
     print("\nEvents published per second (one publisher)")
     for name, rate in report["publish_per_s"].items():
         print(f"  {name:<20}{rate:>10,.0f}")

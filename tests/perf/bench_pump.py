@@ -30,24 +30,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-os.environ.update({
-    "VQ_TOKEN_KEYS": json.dumps({"k1": "bench-secret-0123456789abcdefghijklmnopqrstuv"}),
-    "POWERTOOLS_LOG_LEVEL": "CRITICAL",  # lapsed-lock warnings are the point here, not news
-    "POWERTOOLS_METRICS_DISABLED": "1",
-    "POWERTOOLS_TRACE_DISABLED": "1",
-})
+os.environ.update(
+    {
+        "VQ_TOKEN_KEYS": json.dumps({"k1": "bench-secret-0123456789abcdefghijklmnopqrstuv"}),
+        "POWERTOOLS_LOG_LEVEL": "CRITICAL",  # lapsed-lock warnings are the point here, not news
+        "POWERTOOLS_METRICS_DISABLED": "1",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }
+)
 
+import benchlib  # noqa: E402  (beside this file)
+
+from chalicelib import observability  # noqa: E402
+from chalicelib import store as store_module  # noqa: E402
 from chalicelib.answers import TargetTick  # noqa: E402
 from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import Defaults, QueueStore  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
-from chalicelib import observability  # noqa: E402
-from chalicelib import store as store_module  # noqa: E402
 from chalicelib.tokens import EntryGrant  # noqa: E402
-
-import benchlib  # noqa: E402  (beside this file)
 
 TARGET = Target("limited-drop", 1)
 NAIVE = Target("limited-drop", 2)
@@ -77,8 +79,13 @@ def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
     """`users` in line, as enter.lua leaves them; the first through the real enter, which registers the target."""
     now = int(time.time() * 1000)
     grant = EntryGrant(now // 1000 + 300, "x" * 22)
-    defaults = Defaults(settings.max_waiting, settings.batch_size, settings.tick_ms, settings.queue_idle_ttl_s * 1000,
-                        open_on_first_use=True)
+    defaults = Defaults(
+        settings.max_waiting,
+        settings.batch_size,
+        settings.tick_ms,
+        settings.queue_idle_ttl_s * 1000,
+        open_on_first_use=True,
+    )
     store.enter(target, 1, now, grant, defaults)
     k = store.keys(target)
     for start in range(2, users + 1, 10_000):
@@ -100,8 +107,9 @@ def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
     """8 pumps over one target for `seconds`: admissions per elapsed tick, and how many ticks each pump applied."""
     client = connect(url)
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    settings = settings_for(prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=50, VQ_PUMP_LEASE_TICKS=2, VQ_CATCHUP_TICKS=20,
-                            VQ_MAX_WAITING=1_000_000)
+    settings = settings_for(
+        prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=50, VQ_PUMP_LEASE_TICKS=2, VQ_CATCHUP_TICKS=20, VQ_MAX_WAITING=1_000_000
+    )
     store = QueueStore(client, prefix)
     load_line(store, TARGET, 200_000, settings)
     lease_s = settings.pump_lease_ticks * settings.tick_ms / 1000
@@ -199,10 +207,16 @@ def abandonment(url: str, users: int = 20_000, ticks: int = 20) -> dict:
         "left_before_their_turn": len(leavers),
         "batch": settings.batch_size,
         "ticks": ticks,
-        "this design": {"slots": design_slots, "to_users_still_waiting": design_reached,
-                        "share": design_reached / design_slots},
-        "naive mark": {"slots": naive_slots, "to_users_still_waiting": naive_reached,
-                       "share": naive_reached / naive_slots},
+        "this design": {
+            "slots": design_slots,
+            "to_users_still_waiting": design_reached,
+            "share": design_reached / design_slots,
+        },
+        "naive mark": {
+            "slots": naive_slots,
+            "to_users_still_waiting": naive_reached,
+            "share": naive_reached / naive_slots,
+        },
     }
 
 
@@ -230,7 +244,8 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
         store_module.run_pipelined = run_pipelined
     sent = {script: (keys, args) for script, keys, args in tick_calls}
     (evict_script, (evict_keys, evict_args)), (admit_script, (admit_keys, admit_args)) = (
-        (script, sent[script]) for script in (store._evict, store._admit))
+        (script, sent[script]) for script in (store._evict, store._admit)
+    )
 
     def measure(prepare, call, n):
         total_calls = total_usec = 0
@@ -320,9 +335,13 @@ def hundred_targets(url: str, targets: int = 100, users: int = 1_000) -> dict:
         usec = command_usec(client) - usec
         pump._release()
         assert report.errors == 0 and report.targets[stale].evicted == min(users, settings.max_evict_per_tick)
-        return {"redis_us": usec, "client_cpu_us": cpu * 1e6, "client_wall_us": wall * 1e6,
-                "evicted": sum(r.evicted for r in report.targets.values()),
-                "admitted": sum(r.admitted for r in report.targets.values())}
+        return {
+            "redis_us": usec,
+            "client_cpu_us": cpu * 1e6,
+            "client_wall_us": wall * 1e6,
+            "evicted": sum(r.evicted for r in report.targets.values()),
+            "admitted": sum(r.admitted for r in report.targets.values()),
+        }
 
     # As deployed, the tick writes its gauges (EMF lines to stdout, which main() sets aside).
     observability._METRICS_DISABLED = False
@@ -334,11 +353,16 @@ def hundred_targets(url: str, targets: int = 100, users: int = 1_000) -> dict:
         clean(client, prefix)
     rounds = values["tick"]
     return {
-        "targets": targets, "users_per_target": users, "stale_users": users,
-        "evicted_per_tick": rounds[-1]["evicted"], "admitted_per_tick": rounds[-1]["admitted"],
+        "targets": targets,
+        "users_per_target": users,
+        "stale_users": users,
+        "evicted_per_tick": rounds[-1]["evicted"],
+        "admitted_per_tick": rounds[-1]["admitted"],
         "load_average": benchlib.loads(loads),
-        **{figure: benchlib.spread([r[figure] for r in rounds])
-           for figure in ("redis_us", "client_cpu_us", "client_wall_us")},
+        **{
+            figure: benchlib.spread([r[figure] for r in rounds])
+            for figure in ("redis_us", "client_cpu_us", "client_wall_us")
+        },
     }
 
 
@@ -353,36 +377,52 @@ def main() -> None:
             tick = hundred_targets(url)
 
     print(f"\nadmission pump benchmark  ({version}, Python {platform.python_version()})\n")
-    print(f"{'8 concurrent pumps':<22}{'batch':>6}{'ticks':>7}{'applied':>9}{'twice':>7}{'refused':>9}"
-          f"{'pumps':>7}{'admitted':>10}{'per tick':>10}{'x batch':>9}")
+    print(
+        f"{'8 concurrent pumps':<22}{'batch':>6}{'ticks':>7}{'applied':>9}{'twice':>7}{'refused':>9}"
+        f"{'pumps':>7}{'admitted':>10}{'per tick':>10}{'x batch':>9}"
+    )
     for row in concurrency:
-        print(f"{row['mode']:<22}{row['batch']:>6}{row['ticks_elapsed']:>7}{row['ticks_applied']:>9}"
-              f"{row['ticks_applied_twice']:>7}{row['duplicate_calls_refused']:>9}{row['pumps_that_applied_ticks']:>7}"
-              f"{row['admitted']:>10}{row['admissions_per_tick']:>10.2f}{row['ratio_to_batch']:>9.3f}")
-    print(f"\n30 % abandonment ({abandon['users']} users, {abandon['left_before_their_turn']} left before "
-          f"their turn, {abandon['ticks']} ticks of {abandon['batch']})")
+        print(
+            f"{row['mode']:<22}{row['batch']:>6}{row['ticks_elapsed']:>7}{row['ticks_applied']:>9}"
+            f"{row['ticks_applied_twice']:>7}{row['duplicate_calls_refused']:>9}{row['pumps_that_applied_ticks']:>7}"
+            f"{row['admitted']:>10}{row['admissions_per_tick']:>10.2f}{row['ratio_to_batch']:>9.3f}"
+        )
+    print(
+        f"\n30 % abandonment ({abandon['users']} users, {abandon['left_before_their_turn']} left before "
+        f"their turn, {abandon['ticks']} ticks of {abandon['batch']})"
+    )
     for name in ("this design", "naive mark"):
         row = abandon[name]
-        print(f"  {name:<12} slots {row['slots']:>5}  to users still waiting {row['to_users_still_waiting']:>5}"
-              f"  share {row['share']:.1%}")
+        print(
+            f"  {name:<12} slots {row['slots']:>5}  to users still waiting {row['to_users_still_waiting']:>5}"
+            f"  share {row['share']:.1%}"
+        )
     print(f"\nRedis time per call (EVALSHA usec, INFO commandstats){'':<4}{'100,000 waiting':>16}{'1,000 waiting':>15}")
     for key, value in timing.items():
         if key.endswith("_us") or key.endswith("_ms_incl_round_trip") or key.endswith("total"):
             print(f"  {key:<54}{value:>9.1f}{timing_small[key]:>15.1f}")
 
     load = tick["load_average"]
-    print(f"\none pump tick over {tick['targets']} targets of {tick['users_per_target']:,} waiting, one of them a mass "
-          f"departure ({tick['evicted_per_tick']:,} evicted, {tick['admitted_per_tick']:,} admitted), "
-          f"median [range] of "
-          f"{benchlib.ROUNDS} rounds, load average {load['min']}-{load['max']}")
+    print(
+        f"\none pump tick over {tick['targets']} targets of {tick['users_per_target']:,} waiting, one of them a mass "
+        f"departure ({tick['evicted_per_tick']:,} evicted, {tick['admitted_per_tick']:,} admitted), "
+        f"median [range] of "
+        f"{benchlib.ROUNDS} rounds, load average {load['min']}-{load['max']}"
+    )
     print(f"  Redis (all commands, INFO commandstats)  {benchlib.shown(tick['redis_us'], ' us', 0)}")
     print(f"  pump process CPU                         {benchlib.shown(tick['client_cpu_us'], ' us', 0)}")
     print(f"  pump process wall                        {benchlib.shown(tick['client_wall_us'], ' us', 0)}")
-    out = benchlib.write_json("bench_pump.json", {
-        "server": version, "python": platform.python_version(),
-        "concurrent_pumps": concurrency, "abandonment": abandon, "redis_time": [timing, timing_small],
-        "tick_100_targets": tick,
-    })
+    out = benchlib.write_json(
+        "bench_pump.json",
+        {
+            "server": version,
+            "python": platform.python_version(),
+            "concurrent_pumps": concurrency,
+            "abandonment": abandon,
+            "redis_time": [timing, timing_small],
+            "tick_100_targets": tick,
+        },
+    )
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

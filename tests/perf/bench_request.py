@@ -33,7 +33,7 @@ import time
 import types
 import uuid
 from collections import defaultdict
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import benchlib  # beside this file
 
@@ -49,24 +49,42 @@ def api_event(method: str, resource: str, params: dict[str, str], headers: dict[
     """An API Gateway REST proxy event, as Lambda hands it to the function."""
     path = resource.format(**params)
     return {
-        "resource": resource, "path": path, "httpMethod": method,
-        "headers": headers, "multiValueHeaders": {name: [value] for name, value in headers.items()},
-        "queryStringParameters": None, "multiValueQueryStringParameters": None,
-        "pathParameters": params, "stageVariables": None, "body": None, "isBase64Encoded": False,
+        "resource": resource,
+        "path": path,
+        "httpMethod": method,
+        "headers": headers,
+        "multiValueHeaders": {name: [value] for name, value in headers.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": params,
+        "stageVariables": None,
+        "body": None,
+        "isBase64Encoded": False,
         "requestContext": {
-            "resourcePath": resource, "httpMethod": method, "path": f"/api{path}", "stage": "api",
-            "requestId": str(uuid.uuid4()), "accountId": "123456789012", "apiId": "a1b2c3d4e5",
+            "resourcePath": resource,
+            "httpMethod": method,
+            "path": f"/api{path}",
+            "stage": "api",
+            "requestId": str(uuid.uuid4()),
+            "accountId": "123456789012",
+            "apiId": "a1b2c3d4e5",
             "identity": {"sourceIp": "203.0.113.7", "userAgent": "Mozilla/5.0"},
-            "protocol": "HTTP/1.1", "requestTimeEpoch": int(time.time() * 1000),
+            "protocol": "HTTP/1.1",
+            "requestTimeEpoch": int(time.time() * 1000),
         },
     }
 
 
 def headers(user: int, ticket: str | None = None) -> dict[str, str]:
     found = {
-        "Accept": "application/json", "Host": "api.example.com", "User-Agent": "Mozilla/5.0",
-        "X-Amzn-Trace-Id": "Root=1-00000000-000000000000000000000000", "X-Forwarded-For": "203.0.113.7",
-        "X-Forwarded-Port": "443", "X-Forwarded-Proto": "https", "X-User-Id": str(user),
+        "Accept": "application/json",
+        "Host": "api.example.com",
+        "User-Agent": "Mozilla/5.0",
+        "X-Amzn-Trace-Id": "Root=1-00000000-000000000000000000000000",
+        "X-Forwarded-For": "203.0.113.7",
+        "X-Forwarded-Port": "443",
+        "X-Forwarded-Proto": "https",
+        "X-User-Id": str(user),
     }
     if ticket:
         found["X-Queue-Ticket"] = ticket
@@ -183,7 +201,7 @@ def calibrate() -> dict[str, float]:
         for _ in range(20_000):
             dummy.nothing()
             dummy.redis()
-    overhead = {c: calibration.seconds["calibration"] / calibration.calls["calibration"] for c in COMPONENTS}
+    overhead = dict.fromkeys(COMPONENTS, calibration.seconds["calibration"] / calibration.calls["calibration"])
     overhead["redis-py (CPU)"] = calibration.seconds["redis-py (CPU)"] / calibration.calls["redis-py (CPU)"]
     return overhead
 
@@ -227,7 +245,11 @@ class AppConfigData:
 
     def get_latest_configuration(self, ConfigurationToken: str) -> dict:  # noqa: N803 (boto3's name)
         flags = (benchlib.ROOT / "infra" / "flags.json").read_bytes()
-        return {"Configuration": io.BytesIO(flags), "NextPollConfigurationToken": "next", "NextPollIntervalInSeconds": 15}
+        return {
+            "Configuration": io.BytesIO(flags),
+            "NextPollConfigurationToken": "next",
+            "NextPollIntervalInSeconds": 15,
+        }
 
 
 def cpu_total(call: Callable[[], object], n: int = PER_SLICE) -> float:
@@ -244,9 +266,17 @@ def main() -> None:
     sink = tempfile.TemporaryFile("w+")
     sys.stdout = sink
     with benchlib.redis_url() as url:
-        os.environ.update({**benchlib.BASE_ENV, "REDIS_URL": url, "VQ_KEY_PREFIX": benchlib.bench_prefix(),
-                           "POWERTOOLS_LOG_LEVEL": "INFO", "VQ_APPCONFIG_APPLICATION": "virtual-queue",
-                           "VQ_APPCONFIG_ENVIRONMENT": "bench", "VQ_APPCONFIG_PROFILE": "flags"})
+        os.environ.update(
+            {
+                **benchlib.BASE_ENV,
+                "REDIS_URL": url,
+                "VQ_KEY_PREFIX": benchlib.bench_prefix(),
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+                "VQ_APPCONFIG_APPLICATION": "virtual-queue",
+                "VQ_APPCONFIG_ENVIRONMENT": "bench",
+                "VQ_APPCONFIG_PROFILE": "flags",
+            }
+        )
         from chalicelib import aws
 
         aws.client = {"appconfigdata": AppConfigData()}.__getitem__  # the one AWS client a request reaches
@@ -298,7 +328,8 @@ def main() -> None:
         requests = {
             "status": lambda handler: call(handler, status_event, '"WAITING"'),
             "enter": lambda handler: call(
-                handler, api_event("POST", ENTRIES, target, headers(next(users))), '"WAITING"'),
+                handler, api_event("POST", ENTRIES, target, headers(next(users))), '"WAITING"'
+            ),
         }
         hiredis = redis.connection.HIREDIS_AVAILABLE and not os.environ.get("BENCH_PURE_PYTHON_REDIS")
         if os.environ.get("BENCH_PURE_PYTHON_REDIS"):  # every measure without hiredis (a "before" figure)
@@ -349,9 +380,10 @@ def main() -> None:
             "handler_cpu_us": benchlib.spread(handler),
             "floor_cpu_us": benchlib.spread(floor_cpu),
             "x_floor": benchlib.ratios(handler, floor_cpu),
-            "components_us": {"routing, middleware and the rest":
-                              benchlib.spread([h - n for h, n in zip(handler, named)]),
-                              **{c: benchlib.spread(per_round(f"{name}: {c}")) for c in COMPONENTS}},
+            "components_us": {
+                "routing, middleware and the rest": benchlib.spread([h - n for h, n in zip(handler, named)]),
+                **{c: benchlib.spread(per_round(f"{name}: {c}")) for c in COMPONENTS},
+            },
             "redis_wait_us": benchlib.spread(per_round(f"{name}: Redis wait")),
         }
         if hiredis:
@@ -362,24 +394,38 @@ def main() -> None:
             row["verdict"] = benchlib.verdict(row["x_floor"], TARGET_RATIO)
         rows[name] = row
 
-    print(f"\nhandler CPU per request, median [range] of {benchlib.ROUNDS} rounds of {SLICES} alternating slices "
-          f"of {PER_SLICE}, "
-          f"load average {min(loads)}-{max(loads)}")
+    print(
+        f"\nhandler CPU per request, median [range] of {benchlib.ROUNDS} rounds of {SLICES} alternating slices "
+        f"of {PER_SLICE}, "
+        f"load average {min(loads)}-{max(loads)}"
+    )
     for name, row in rows.items():
-        print(f"\n{name}: handler {benchlib.shown(row['handler_cpu_us'], ' us', 0)}, floor (minimal Chalice route) "
-              f"{benchlib.shown(row['floor_cpu_us'], ' us', 0)}: {benchlib.shown(row['x_floor'])}  "
-              f"{row.get('verdict', '')}")
+        print(
+            f"\n{name}: handler {benchlib.shown(row['handler_cpu_us'], ' us', 0)}, floor (minimal Chalice route) "
+            f"{benchlib.shown(row['floor_cpu_us'], ' us', 0)}: {benchlib.shown(row['x_floor'])}  "
+            f"{row.get('verdict', '')}"
+        )
         for component, figure in row["components_us"].items():
             print(f"  {component:<36}{benchlib.shown(figure, ' us', 1):>24}")
         print(f"  {'Redis wait (wall, not CPU)':<36}{benchlib.shown(row['redis_wait_us'], ' us', 1):>24}")
         if "hiredis_saves_us" in row:
-            print(f"  {'hiredis saves (against pure-Python redis-py)':<36}"
-                  f"{benchlib.shown(row['hiredis_saves_us'], ' us', 1):>24}")
-    written = benchlib.write_json("bench_request.json", {
-        "rounds": benchlib.ROUNDS, "slices": SLICES, "per_slice": PER_SLICE, "target_ratio": TARGET_RATIO,
-        "load_average": benchlib.loads(loads), "hiredis": hiredis and not os.environ.get("BENCH_PURE_PYTHON_REDIS"),
-        "timer_overhead_us": {c: o * 1e6 for c, o in overhead.items()}, "requests": rows,
-    })
+            print(
+                f"  {'hiredis saves (against pure-Python redis-py)':<36}"
+                f"{benchlib.shown(row['hiredis_saves_us'], ' us', 1):>24}"
+            )
+    written = benchlib.write_json(
+        "bench_request.json",
+        {
+            "rounds": benchlib.ROUNDS,
+            "slices": SLICES,
+            "per_slice": PER_SLICE,
+            "target_ratio": TARGET_RATIO,
+            "load_average": benchlib.loads(loads),
+            "hiredis": hiredis and not os.environ.get("BENCH_PURE_PYTHON_REDIS"),
+            "timer_overhead_us": {c: o * 1e6 for c, o in overhead.items()},
+            "requests": rows,
+        },
+    )
     print(f"\nwrote {written.relative_to(benchlib.ROOT)}")
 
 

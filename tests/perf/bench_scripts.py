@@ -40,20 +40,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import benchlib  # beside this file
 
 sys.path.insert(0, str(benchlib.ROOT))
 
-os.environ.update({
-    **benchlib.BASE_ENV,
-    "VQ_MAX_WAITING": "10000000",  # the opening burst below must never meet a full line
-    "VQ_ORIGIN_LIMITED_DROP_URL": "http://127.0.0.1:9",  # never called: the downstream is stubbed
-    "VQ_ORIGIN_TICKETING_URL": "http://127.0.0.1:9",
-    "POWERTOOLS_LOG_LEVEL": "CRITICAL",
-})
+os.environ.update(
+    {
+        **benchlib.BASE_ENV,
+        "VQ_MAX_WAITING": "10000000",  # the opening burst below must never meet a full line
+        "VQ_ORIGIN_LIMITED_DROP_URL": "http://127.0.0.1:9",  # never called: the downstream is stubbed
+        "VQ_ORIGIN_TICKETING_URL": "http://127.0.0.1:9",
+        "POWERTOOLS_LOG_LEVEL": "CRITICAL",
+    }
+)
 
 import redis  # noqa: E402
 from redis.connection import Connection  # noqa: E402
@@ -151,10 +153,17 @@ class Bench:
 
     def buy(self, token, status: int = 200) -> int:
         self.origin.status, self.origin.not_taken = status, status != 200
-        answer = self.gate.purchase(purchase.PurchaseRequest(
-            target_type=token.target.type, target_id=str(token.target.id), entry_token=token.text,
-            user_id=str(token.user_id), authorizer=None, body=b"{}", content_type="application/json",
-        ))
+        answer = self.gate.purchase(
+            purchase.PurchaseRequest(
+                target_type=token.target.type,
+                target_id=str(token.target.id),
+                entry_token=token.text,
+                user_id=str(token.user_id),
+                authorizer=None,
+                body=b"{}",
+                content_type="application/json",
+            )
+        )
         return answer.status
 
     # --- round trips ---
@@ -231,7 +240,6 @@ class Bench:
 
     # --- the script calls, as the code makes them ---
 
-
     def recorded_call(self, call: Callable[[], object], placeholders: dict[str, str] | None = None) -> list[str]:
         """The script call `call` makes, as the store sends it, for user `__rand_int__`."""
         with benchlib.recorded(self.client) as commands, contextlib.suppress(NotInQueue):
@@ -282,8 +290,10 @@ class Bench:
         self.room.enter(target, SENTINEL - 1)
         self.populate(self.recorded_call(lambda: self.room.enter(target, SENTINEL)), USERS)
         k = self.store.keys(target)
-        usage = {name: int(self.client.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0"))
-                 for name, key in (("waiting", k.waiting), ("heartbeat", k.heartbeat))}
+        usage = {
+            name: int(self.client.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0"))
+            for name, key in (("waiting", k.waiting), ("heartbeat", k.heartbeat))
+        }
         users = self.client.zcard(k.waiting)
         memory = self.client.info("memory")
         return {
@@ -301,8 +311,10 @@ class Bench:
 
     def command_stats(self) -> dict[str, tuple[int, int]]:
         """(calls, usec) of every command the server has run."""
-        return {name.removeprefix("cmdstat_"): (int(row["calls"]), int(row["usec"]))
-                for name, row in self.client.info("commandstats").items()}
+        return {
+            name.removeprefix("cmdstat_"): (int(row["calls"]), int(row["usec"]))
+            for name, row in self.client.info("commandstats").items()
+        }
 
     def server_cpu(self) -> float:
         info = self.client.info("cpu")
@@ -312,9 +324,26 @@ class Bench:
         """`command` sent `n` times to this bench's server by redis-benchmark, pipelined, on `client_cpus` if any."""
         server = self.client.connection_pool.connection_kwargs
         subprocess.run(
-            ["redis-benchmark", "-h", server["host"], "-p", str(server["port"]), "-c", str(CONNECTIONS),
-             "-P", str(PIPELINE), "-n", str(n), "-r", str(keyspace), "-q", *command],
-            check=True, capture_output=True, preexec_fn=client_cpus and (lambda: os.sched_setaffinity(0, client_cpus)),
+            [
+                "redis-benchmark",
+                "-h",
+                server["host"],
+                "-p",
+                str(server["port"]),
+                "-c",
+                str(CONNECTIONS),
+                "-P",
+                str(PIPELINE),
+                "-n",
+                str(n),
+                "-r",
+                str(keyspace),
+                "-q",
+                *command,
+            ],
+            check=True,
+            capture_output=True,
+            preexec_fn=client_cpus and (lambda: os.sched_setaffinity(0, client_cpus)),
         )
 
     def pipelined(self, command: list[str], keyspace: int, client_cpus: set[int] | None) -> dict:
@@ -375,8 +404,9 @@ class Bench:
             Pump(self.store, self.settings).run(ticks=1)
         # A poll and a departure, each with the ticket of its own entry, behind the users the tick admitted.
         polling = room.enter(targets["status"], SENTINEL + 1).queue_ticket
-        calls["status"] = self.recorded_call(lambda: room.status(targets["status"], SENTINEL + 1, polling),
-                                             {str(SENTINEL + 1): RAND})
+        calls["status"] = self.recorded_call(
+            lambda: room.status(targets["status"], SENTINEL + 1, polling), {str(SENTINEL + 1): RAND}
+        )
         leaving = room.enter(targets["leave"], SENTINEL).queue_ticket
         calls["leave"] = self.recorded_call(lambda: room.leave(targets["leave"], SENTINEL, leaving))
         token = self.signer.mint_entry_token(targets["enter"], SENTINEL, time.time(), 3600)
@@ -396,8 +426,11 @@ class Bench:
             "leave": (calls["leave"], USERS),
             "consume": (calls["consume"], 100_000_000),
         }
-        naive_commands = {f"naive {name}: {command[0]} #{i}": (command, USERS if name == "status" else 100_000_000)
-                          for name, commands in naive.items() for i, command in enumerate(commands, 1)}
+        naive_commands = {
+            f"naive {name}: {command[0]} #{i}": (command, USERS if name == "status" else 100_000_000)
+            for name, commands in naive.items()
+            for i, command in enumerate(commands, 1)
+        }
         return scripts, naive_commands, lambda: self.one_entry_number(targets["leave"], leave_number, USERS)
 
     def server_cost(self) -> dict:
@@ -409,6 +442,7 @@ class Bench:
                 if name == "leave":  # each round leaves from a full line
                     refill_leave()
                 return self.pipelined(command, keyspace, client_cpus)
+
             return one_round
 
         measures = {name: measure(name, *spec) for name, spec in {**scripts, **naive_commands}.items()}
@@ -435,7 +469,8 @@ class Bench:
             cpu = [sum(round_values) for round_values in zip(*(per_round(n, "cpu_us_per_call") for n in parts))]
             rows[f"naive {name}"] = {
                 "commands": [" ".join(c) for c in commands],
-                "usec_per_call": benchlib.spread(usec), "x_zadd": benchlib.ratios(usec, zadd),
+                "usec_per_call": benchlib.spread(usec),
+                "x_zadd": benchlib.ratios(usec, zadd),
                 "cpu_us_per_call": benchlib.spread(cpu),
                 "calls_per_second_per_core": benchlib.spread([1e6 / c for c in cpu]),
             }
@@ -443,11 +478,18 @@ class Bench:
             rows[name]["x_naive"] = benchlib.ratios(script_cpu, cpu)
             rows[name]["x_naive_usec"] = benchlib.ratios(per_round(name, "usec_per_call"), usec)
             rows[name]["verdict"] = benchlib.verdict(rows[name]["x_naive"], TARGET_X_NAIVE)
-        return {"connections": CONNECTIONS, "pipeline": PIPELINE, "requests_per_run": REQUESTS,
-                "rounds": benchlib.ROUNDS, "load_average": benchlib.loads(loads),
-                "client_pinned_to": sorted(client_cpus) if client_cpus else None,
-                "target_x_naive": TARGET_X_NAIVE, "users_in_line": USERS, "calls": rows,
-                "commands": {name: command for name, (command, _) in {**scripts, **naive_commands}.items()}}
+        return {
+            "connections": CONNECTIONS,
+            "pipeline": PIPELINE,
+            "requests_per_run": REQUESTS,
+            "rounds": benchlib.ROUNDS,
+            "load_average": benchlib.loads(loads),
+            "client_pinned_to": sorted(client_cpus) if client_cpus else None,
+            "target_x_naive": TARGET_X_NAIVE,
+            "users_in_line": USERS,
+            "calls": rows,
+            "commands": {name: command for name, (command, _) in {**scripts, **naive_commands}.items()},
+        }
 
 
 def naive_parts(naive_commands: dict, name: str) -> list[str]:
@@ -472,9 +514,24 @@ def counted_server() -> Iterator[tuple[redis.Redis, Callable[[Callable[[], None]
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
         server = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}/server",
-             binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={out}/server",
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         client = benchlib.patient_client(f"redis://127.0.0.1:{port}/0")
         try:
             for _ in range(600):
@@ -569,17 +626,23 @@ def main() -> None:
     for name, sends in trips.items():
         print(f"  {name:<50}{sends:>6}")
     load = results["load_average"]
-    print(f"\nserver CPU per call, pipelined (-P {PIPELINE}), median [range] of {benchlib.ROUNDS} rounds, "
-          f"load average {load['min']}-{load['max']}")
+    print(
+        f"\nserver CPU per call, pipelined (-P {PIPELINE}), median [range] of {benchlib.ROUNDS} rounds, "
+        f"load average {load['min']}-{load['max']}"
+    )
     print(f"  {'call':<18}{'usec_per_call':>22}{'x ZADD':>22}{'CPU us per call':>24}{'x naive pipeline':>24}")
     for name, row in results["calls"].items():
         cpu = benchlib.shown(row["cpu_us_per_call"], "", 1) if "cpu_us_per_call" in row else ""
         naive = benchlib.shown(row["x_naive"]) if "x_naive" in row else ""
-        print(f"  {name:<18}{benchlib.shown(row['usec_per_call'], '', 1):>22}{benchlib.shown(row['x_zadd']):>22}"
-              f"{cpu:>24}{naive:>24}  {row.get('verdict', '')}")
+        print(
+            f"  {name:<18}{benchlib.shown(row['usec_per_call'], '', 1):>22}{benchlib.shown(row['x_zadd']):>22}"
+            f"{cpu:>24}{naive:>24}  {row.get('verdict', '')}"
+        )
     if counted:
-        print(f"\nserver instructions per call (callgrind, {counted['server']}, {INSTRUCTION_CALLS} calls pipelined "
-              "the same way; the same in every run)")
+        print(
+            f"\nserver instructions per call (callgrind, {counted['server']}, {INSTRUCTION_CALLS} calls pipelined "
+            "the same way; the same in every run)"
+        )
         for name, row in counted["calls"].items():
             naive = f"{row['x_naive']:.2f}x naive pipeline" if "x_naive" in row else ""
             print(f"  {name:<18}{row['instructions_per_call']:>10,}{row['x_zadd']:>8.1f}x ZADD  {naive}")
@@ -587,12 +650,15 @@ def main() -> None:
         print("\n(no server instructions per call: needs valgrind)")
     print()
     for row in memory:
-        print(f"memory per waiting user, {row['users']:,} in one target, {row['server']} ({row['allocator']}): "
-              f"{row['bytes_per_user']:.0f} bytes (waiting zset {row['waiting_zset_bytes_per_user']:.0f}, "
-              f"heartbeat zset {row['heartbeat_zset_bytes_per_user']:.0f})")
-    out = benchlib.write_json("bench_scripts.json",
-                              {"server": version, "round_trips": trips, **results, "instructions": counted,
-                               "memory": memory})
+        print(
+            f"memory per waiting user, {row['users']:,} in one target, {row['server']} ({row['allocator']}): "
+            f"{row['bytes_per_user']:.0f} bytes (waiting zset {row['waiting_zset_bytes_per_user']:.0f}, "
+            f"heartbeat zset {row['heartbeat_zset_bytes_per_user']:.0f})"
+        )
+    out = benchlib.write_json(
+        "bench_scripts.json",
+        {"server": version, "round_trips": trips, **results, "instructions": counted, "memory": memory},
+    )
     print(f"\nwrote {out.relative_to(benchlib.ROOT)}")
 
 

@@ -10,8 +10,8 @@ import json
 import os
 import statistics
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
@@ -77,7 +77,7 @@ def bench_prefix() -> str:
 def delete_prefix(client, prefix: str) -> None:
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     for start in range(0, len(keys), 1000):
-        client.delete(*keys[start:start + 1000])
+        client.delete(*keys[start : start + 1000])
 
 
 @contextlib.contextmanager

@@ -39,8 +39,13 @@ from infra.local.stack import LocalStack, free_port, wait_until_up
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
 # The network is closed: without these, Chromium keeps trying to reach Google's services.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SHOTS = ROOT / "build" / "browser"
 README_SHOTS = ROOT / "tests" / "screenshots"
 MESSAGES = json.loads((ROOT / "chalicelib" / "static" / "messages.json").read_text())
@@ -59,8 +64,12 @@ API_PATH = re.compile(r"/(virtual-queues|limited-drops|events)/")
 def http(method, url, headers=None, body=None):
     """(status, parsed JSON or raw bytes) of one request."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, method=method, data=data, headers={
-        **({"Content-Type": "application/json"} if data else {}), **(headers or {})})
+    request = urllib.request.Request(
+        url,
+        method=method,
+        data=data,
+        headers={**({"Content-Type": "application/json"} if data else {}), **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             status, raw = answer.status, answer.read()
@@ -127,8 +136,9 @@ class Stack:
         """The same API again, on the same port (as after a deployment or a crash)."""
         old = self.local.api
         with open(self.api_log, "ab") as log:
-            self.local.api = subprocess.Popen(old.args, cwd=ROOT, env=self.local.env, start_new_session=True,
-                                              stdout=log, stderr=subprocess.STDOUT)
+            self.local.api = subprocess.Popen(
+                old.args, cwd=ROOT, env=self.local.env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+            )
         wait_until_up(self.url + "/virtual-queues/limited-drop/1/entries/me", self.local.api)
 
 
@@ -151,15 +161,37 @@ def stack(redis_url, tmp_path_factory):
     """The local stack for one module, under a key prefix of its own, without its pump loop (tests tick)."""
     folder = tmp_path_factory.mktemp("stack")
     flags = folder / "flags.json"
-    flags.write_text(json.dumps({"virtual_queue_enabled": {"default": True, "rules": {"off": {
-        "when_match": False, "conditions": [{"action": "KEY_IN_VALUE", "key": "target",
-                                             "value": [f"limited-drop:{i}" for i in QUEUE_OFF]}],
-    }}}}))
+    flags.write_text(
+        json.dumps(
+            {
+                "virtual_queue_enabled": {
+                    "default": True,
+                    "rules": {
+                        "off": {
+                            "when_match": False,
+                            "conditions": [
+                                {
+                                    "action": "KEY_IN_VALUE",
+                                    "key": "target",
+                                    "value": [f"limited-drop:{i}" for i in QUEUE_OFF],
+                                }
+                            ],
+                        }
+                    },
+                }
+            }
+        )
+    )
     prefix = f"{os.environ['VQ_KEY_PREFIX']}-browser-{uuid.uuid4().hex[:6]}"
     env = {
-        **os.environ, "REDIS_URL": redis_url, "VQ_KEY_PREFIX": prefix, "VQ_FLAGS_FILE": str(flags),
-        "VQ_TICK_MS": "1000", "VQ_BATCH_SIZE": "1",
-        "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING",
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "VQ_KEY_PREFIX": prefix,
+        "VQ_FLAGS_FILE": str(flags),
+        "VQ_TICK_MS": "1000",
+        "VQ_BATCH_SIZE": "1",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
     }
     api_log = folder / "api.log"
     client = connect(redis_url)
@@ -251,8 +283,9 @@ def save_small(source, target):
     background = Image.new("RGB", image.size, image.getpixel((0, image.height - 1)))
     box = ImageChops.difference(image, background).getbbox()
     if box:
-        image = image.crop((max(box[0] - 16, 0), max(box[1] - 16, 0),
-                            min(box[2] + 16, image.width), min(box[3] + 16, image.height)))
+        image = image.crop(
+            (max(box[0] - 16, 0), max(box[1] - 16, 0), min(box[2] + 16, image.width), min(box[3] + 16, image.height))
+        )
     if image.width > 640:
         image = image.resize((640, round(image.height * 640 / image.width)), Image.LANCZOS)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,13 @@ def mint(signer, target=DROP, user=7, now=None, ttl_s=300):
 def request_for(token, target=DROP, user="7", authorizer=None):
     """A purchase with `token`, as a purchase route passes it to the gate."""
     return PurchaseRequest(
-        target_type=target.type, target_id=str(target.id), entry_token=token.text, user_id=user,
-        authorizer=authorizer, body=b'{"sku":"x"}', content_type="application/json",
+        target_type=target.type,
+        target_id=str(target.id),
+        entry_token=token.text,
+        user_id=user,
+        authorizer=authorizer,
+        body=b'{"sku":"x"}',
+        content_type="application/json",
     )
 
 

@@ -54,8 +54,10 @@ def lint(document: dict) -> list[str]:
             for tag in operation.get("tags", []):
                 if not tags.get(tag):
                     problems.append(f"operation-tag-defined: {where} uses undeclared or undescribed tag {tag}")
-            parameters = [shared[p["$ref"].rsplit("/", 1)[1]] if "$ref" in p else p
-                          for p in item.get("parameters", []) + operation.get("parameters", [])]
+            parameters = [
+                shared[p["$ref"].rsplit("/", 1)[1]] if "$ref" in p else p
+                for p in item.get("parameters", []) + operation.get("parameters", [])
+            ]
             declared = {p["name"] for p in parameters if p.get("in") == "path"}
             if declared != set(re.findall(r"{([^}]+)}", path)):
                 problems.append(f"path-parameters-defined: {where} declares path parameters {sorted(declared)}")
@@ -65,8 +67,13 @@ def lint(document: dict) -> list[str]:
 
 def _unused_components(document: dict) -> list[str]:
     referenced = set(re.findall(r"#/components/[A-Za-z]+/[A-Za-z0-9_.-]+", repr(document)))
-    security_names = {name for item in document.get("paths", {}).values() for method in METHODS
-                      for requirement in (item.get(method) or {}).get("security", []) for name in requirement}
+    security_names = {
+        name
+        for item in document.get("paths", {}).values()
+        for method in METHODS
+        for requirement in (item.get(method) or {}).get("security", [])
+        for name in requirement
+    }
     unused = []
     for kind, components in document.get("components", {}).items():
         for name in components:

@@ -67,9 +67,14 @@ class ValkeyCluster:
 
     def __init__(self, nodes: int = 3, timeout_s: float = 20.0) -> None:
         self.servers = [
-            ValkeyServer(host="127.0.0.1", config={
-                "cluster-enabled": "yes", "cluster-config-file": "nodes.conf", "cluster-node-timeout": "5000",
-            })
+            ValkeyServer(
+                host="127.0.0.1",
+                config={
+                    "cluster-enabled": "yes",
+                    "cluster-config-file": "nodes.conf",
+                    "cluster-node-timeout": "5000",
+                },
+            )
             for _ in range(nodes)
         ]
         try:
