@@ -11,7 +11,7 @@ from chalicelib.gate import target_from_method_arn
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
 from tests.conftest import TEST_KEYS
-from tests.support.observed import counted, log_lines  # noqa: F401  (a fixture)
+from tests.support.observed import counted
 
 ARN_HEAD = "arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/api"
 DROP_ARN = f"{ARN_HEAD}/POST/limited-drops/42/orders"

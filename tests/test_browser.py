@@ -2,6 +2,7 @@
 answer the API can give reaches its own view by polling alone, trouble is visible and heals by itself, and the
 page stays readable and keyboard-usable. Fixtures and checks: tests/support/browser.py."""
 
+import itertools
 import json
 import re
 import time
@@ -9,7 +10,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.support.browser import QUEUE_OFF, SIZES, browser, http, iso_in, shopper, stack, target_id  # noqa: F401  (fixtures)
+from tests.support.browser import QUEUE_OFF, SIZES, http, iso_in
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +116,7 @@ def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stac
 
 
 def test_pre_queue_counts_down_and_takes_a_place_at_the_opening_without_a_reload(shopper, stack, target_id):
-    page, t = shopper.page, shopper.t
+    page = shopper.page
     stack.configure(target_id, batch=1, tickMs=500, opensAt=iso_in(8))
     stack.enter(target_id, 1)
     open_page(shopper, stack, target_id, 7)
@@ -298,7 +299,7 @@ def test_polls_follow_the_servers_pollAfterMs(shopper, stack, target_id):
 
     page.route("**/entries/me", advised)
     wait_until(page, lambda: len(polls) >= 6, timeout_s=15)
-    gaps = sorted(b - a for a, b in zip(polls, polls[1:]))
+    gaps = sorted(b - a for a, b in itertools.pairwise(polls))
     # About 0.4 s apart; the page's own pace (2-3 s) would be five times slower.
     assert gaps[len(gaps) // 2] < 1.2, gaps
     advice["pollAfterMs"] = 30_000
@@ -323,6 +324,8 @@ def test_a_target_no_operator_opened_says_so_and_looks_again(shopper, stack, tar
     shopper.shot("unopened")
 
 
-SNEAKER = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 120 120"><rect width="120" height="120" fill="#f1e4d3"/>
+SNEAKER = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 120 120">
+<rect width="120" height="120" fill="#f1e4d3"/>
 <path d="M14 78c10-2 22-14 30-26 6 4 14 6 22 4l8 10c10 6 24 8 34 10 4 1 6 5 4 9l-2 5H16c-4 0-6-4-4-7z" fill="#c2412d"/>
-<path d="M14 92h96v6H14z" fill="#fff"/><path d="M44 52l8 14M52 48l8 14M60 46l6 12" stroke="#fff" stroke-width="3"/></svg>"""
+<path d="M14 92h96v6H14z" fill="#fff"/>
+<path d="M44 52l8 14M52 48l8 14M60 46l6 12" stroke="#fff" stroke-width="3"/></svg>"""

@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.support.browser import browser, http, shopper, stack, target_id  # noqa: F401  (fixtures)
+from tests.support.browser import http
 
 pytestmark = pytest.mark.slow
 

@@ -219,7 +219,7 @@ def test_each_function_may_read_only_what_it_needs(resources):
         for statement in properties["PolicyDocument"]["Statement"]:
             assert statement["Effect"] == "Allow" and "*" not in json.dumps(statement["Action"])
             resource = statement["Resource"]
-            name = resource["Ref"] if "Ref" in resource else "flag"
+            name = resource.get("Ref", "flag")
             if name == "flag":
                 assert "configuration/${FlagProfile}" in resource["Fn::Sub"]
             for role in properties["Roles"]:

@@ -1,7 +1,8 @@
 """Orders per entry token at the shop under faults, with many buyers at once: a shop slower than the timeout, a
 shop that commits and then answers 500, and Redis down (a token tried in two containers, and again after
 recovery). Redis is paused (SIGSTOP) rather than killed, so its port stays this test's: calls time out, and
-commands already sent run when it resumes, as after a partition. Buyers behave like impatient people: two clicks at once, then retries until a definite answer.
+commands already sent run when it resumes, as after a partition. Buyers behave like impatient people: two clicks
+at once, then retries until a definite answer.
 Target: exactly one order per token in every scenario. Prints the figures."""
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def figures(name, origin, tokens, answers):
     orders = Counter(per_token.get(token.token_id, 0) for token in tokens)
     forwards = Counter(Counter(r["headers"].get("Idempotency-Key") for r in origin.requests).values())
     print(
-        f"\n{name}: {len(tokens)} tokens; orders per token {dict(orders)}; forwards per token {dict(sorted(forwards.items()))};"
+        f"\n{name}: {len(tokens)} tokens; orders per token {dict(orders)}; "
+        f"forwards per token {dict(sorted(forwards.items()))};"
         f" answers {dict(answers)}"
     )
     return orders

@@ -34,7 +34,7 @@ def test_killed_redis_answers_direct_admitted_then_queueing_resumes(room_on_own_
 
     own_redis.kill()
     for user in (3, 4, 5, 6):
-        entry, took = timed(lambda: room.enter(DROP, user))
+        entry, took = timed(lambda user=user: room.enter(DROP, user))
         assert entry.status == "DIRECT_ADMITTED" and took < BUDGET_S
         assert entry.entry_token.grants(DROP, user)
     polled, took = timed(lambda: room.status(DROP, 1, ticket))
@@ -53,7 +53,7 @@ def test_paused_redis_answers_within_the_timeout_budget_and_recovers(room_on_own
     own_redis.pause()
     try:
         for user in (2, 3, 4):
-            entry, took = timed(lambda: room.enter(DROP, user))
+            entry, took = timed(lambda user=user: room.enter(DROP, user))
             assert entry.status == "DIRECT_ADMITTED" and took < BUDGET_S
     finally:
         own_redis.resume()

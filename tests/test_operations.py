@@ -11,6 +11,7 @@ from moto import mock_aws
 
 from chalicelib import aws, flags, runtime, waits
 from chalicelib.config import ConfigError, load_settings
+from chalicelib.errors import QueueFull
 from chalicelib.observability import logger
 from chalicelib.targets import Target
 from tests.conftest import TEST_KEYS
@@ -178,7 +179,7 @@ def test_appconfig_unreachable_falls_back_to_the_default(make_room, monkeypatch)
 def test_metrics_are_emf_with_the_target_dimension(make_room, capsys):
     room = make_room(VQ_MAX_WAITING=1)
     ticket = room.enter(DROP, 1).queue_ticket
-    with pytest.raises(Exception):
+    with pytest.raises(QueueFull):
         room.enter(DROP, 2)
     room.store.client.set(room.store.keys(DROP).mark, 1)
     room.status(DROP, 1, ticket)

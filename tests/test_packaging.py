@@ -97,7 +97,8 @@ def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, 
         "POWERTOOLS_TRACE_DISABLED": "1",
         "PYTHONNOUSERSITE": "1",
     }
-    # -I -S: no site-packages, so nothing from this checkout or the virtualenv's site-packages can stand in for the package.
+    # -I -S: no site-packages, so nothing from this checkout or the virtualenv's site-packages can stand in
+    # for the package.
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True
     )

@@ -17,7 +17,7 @@ from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken
 from infra.local.stack import free_port
 from tests.support.buying import DROP, buy_at_once, mint, request_for
-from tests.support.observed import counted, log_lines  # noqa: F401  (a fixture)
+from tests.support.observed import counted
 
 SEATS = Target("ticketing-event", 9)
 ORDER = {"sku": "sneaker-42", "size": 43}
@@ -286,28 +286,35 @@ def test_store_restore_after_expiry_is_a_no_op(store):
     assert not store.client.exists(store.keys(DROP).consumed("t1"))
 
 
+def race_restore_against_consumes(store, token):
+    """Ten consumes of `token` (c0..c9) at once with two restores of its consume "first", one after the other:
+    what the consumes and the restores returned."""
+    start = threading.Barrier(11)
+    consumed, restored = [], []
+
+    def consume(n):
+        start.wait()
+        consumed.append(consume_with_ttl(store, token, f"c{n}", 60_000))
+
+    def restore():
+        start.wait()
+        restored.append(store.restore(token, "first"))
+        restored.append(store.restore(token, "first"))
+
+    threads = [threading.Thread(target=consume, args=(n,)) for n in range(10)]
+    threads.append(threading.Thread(target=restore))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return consumed, restored
+
+
 def test_restore_racing_new_consumes_lets_at_most_one_through(store):
     for round_ in range(30):
         token = token_of(f"t{round_}")
         assert consume_with_ttl(store, token, "first", 60_000)
-        start = threading.Barrier(11)
-        consumed, restored = [], []
-
-        def consume(n):
-            start.wait()
-            consumed.append(consume_with_ttl(store, token, f"c{n}", 60_000))
-
-        def restore():
-            start.wait()
-            restored.append(store.restore(token, "first"))
-            restored.append(store.restore(token, "first"))
-
-        threads = [threading.Thread(target=consume, args=(n,)) for n in range(10)]
-        threads.append(threading.Thread(target=restore))
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        consumed, restored = race_restore_against_consumes(store, token)
         assert restored == [True, False]
         assert sum(consumed) <= 1
         # Once the dust settles the token is used exactly once: by a racer, or else by the next comer.

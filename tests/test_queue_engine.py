@@ -243,7 +243,7 @@ def test_all_keys_of_a_target_share_one_hash_slot(room, client):
     room.enter(DROP, 2)
     admit_up_to(room, DROP, 1)
     room.status(DROP, 1, ticket)
-    keys = [key for key in client.scan_iter(match=f"{room.store.prefix}:{{{DROP}}}*")]
+    keys = list(client.scan_iter(match=f"{room.store.prefix}:{{{DROP}}}*"))
     assert len(keys) >= 6
     assert len({key_slot(key.encode()) for key in keys}) == 1
 

@@ -3,10 +3,10 @@ sequences of enter (one user, or a crowd up to capacity), poll, leave, pump tick
 at a new tick or within the one just applied), time passing (evictions), purchases that succeed, purchases
 the downstream fails (the token stays used, a retry goes again under the same Idempotency-Key) or says it did
 not take (the token is given back), four concurrent purchases with one token, purchases with a token its holder
-gave up by leaving, and a restore with a stale consumption id; every answer is compared with a small pure-Python model of the queue (seq, position,
-admission, token, refusal). After every step it checks, against Redis itself: the line is the model's (FIFO
-by seq; nobody who left or was evicted holds a place or a token), capacity holds, admissions never exceed
-batch x ticks applied, and no token has made two orders at the shop.
+gave up by leaving, and a restore with a stale consumption id; every answer is compared with a small pure-Python
+model of the queue (seq, position, admission, token, refusal). After every step it checks, against Redis itself:
+the line is the model's (FIFO by seq; nobody who left or was evicted holds a place or a token), capacity holds,
+admissions never exceed batch x ticks applied, and no token has made two orders at the shop.
 
 Time: ticks are real (Redis TIME, VQ_TICK_MS=100, the minimum), so a tick step waits for the next tick
 boundary. Heartbeats are judged against Redis TIME too; "time passing" moves the room's clock forward and

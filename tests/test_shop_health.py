@@ -33,10 +33,7 @@ def note(room, client, latency_ms, n, ok=True, over_ms=2500, sent_after_ms=None)
     n per window, FollowRules.window_ms); or, with `sent_after_ms`, all sent that long ago."""
     now = server_ms(client)
     for i in range(n):
-        if sent_after_ms is None:
-            sent = now - over_ms + over_ms * i // n - latency_ms
-        else:
-            sent = now - sent_after_ms
+        sent = now - over_ms + over_ms * i // n - latency_ms if sent_after_ms is None else now - sent_after_ms
         room.store.observe_purchase(DROP, Purchase(sent, latency_ms, ok), accepted=ok, sold_out=False)
 
 
@@ -325,7 +322,7 @@ def test_the_pump_reports_the_effective_rate_beside_the_configured_one(room, cli
     note(room, client, latency_ms=2500, n=AT_THE_RATE)
     capsys.readouterr()
     tick(room, client)
-    gauges = {name: value for name, value in _values(capsys.readouterr().out)}
+    gauges = dict(_values(capsys.readouterr().out))
     assert gauges["ConfiguredRatePerSec"] == 100 and gauges["EffectiveRatePerSec"] / 10 == cut_to(0.5)
     # What the stalled-pump alarm holds the pump to.
     assert gauges["TargetRatePerSec"] == gauges["EffectiveRatePerSec"]

@@ -25,9 +25,13 @@ ACCEPTED = {
     **{
         ("CKV_AWS_116", f"AWS::Serverless::Function.{f}"): reason
         for f, reason in {
-            "APIHandler": "invoked synchronously by API Gateway: a dead-letter queue only receives failed asynchronous events",
+            "APIHandler": (
+                "invoked synchronously by API Gateway: a dead-letter queue only receives failed asynchronous events"
+            ),
             "PurchaseAuthorizer": "invoked synchronously by API Gateway: no asynchronous event to keep",
-            "AdmissionPump": "a missed minute is made up by the next start; retries are off on purpose (infra/pump.yaml)",
+            "AdmissionPump": (
+                "a missed minute is made up by the next start; retries are off on purpose (infra/pump.yaml)"
+            ),
             "FlagSync": "a failed publication is logged and the flip reaches containers by polling within 15 s",
         }.items()
     },

@@ -13,7 +13,7 @@ from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
-from tests.support.observed import counted, log_lines  # noqa: F401  (a fixture)
+from tests.support.observed import counted
 
 DROP = Target("limited-drop", 42)
 

@@ -20,6 +20,7 @@ stops every worker; if one dies the others are stopped too, and the exit status 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import signal
@@ -174,15 +175,11 @@ def _supervise(workers: list[int]) -> int:
     except SystemExit:
         pass
     for pid in workers:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     for pid in workers:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
     return 0 if stopping else 1
 
 

@@ -181,7 +181,8 @@ class LocalStack:
         return (
             "\nvirtual-queue is running:\n"
             f"  Waiting room  {page}   (?user=42 picks the user; each browser keeps its own)\n"
-            f"  Console       {self.api_url}/console?watch=limited-drop/1   (operators: live charts, pause, rate, sold out)\n"
+            f"  Console       {self.api_url}/console?watch=limited-drop/1   "
+            "(operators: live charts, pause, rate, sold out)\n"
             f"  API           {self.api_url}   e.g. curl -X POST -H 'X-User-Id: 1' "
             f"{self.api_url}/virtual-queues/limited-drop/1/entries\n"
             f"  Shop orders   {self.shop.url}/orders   ({self.stock} per drop or event, one per user)\n"

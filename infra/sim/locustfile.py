@@ -11,10 +11,11 @@ load stays steady for the whole run. A 429/503 is retried after its Retry-After;
 Outcomes are rows of their own in Locust's table (type `outcome`): `bought`, `sold out` (the shop's 409),
 `already ordered`, `purchase refused`, `evicted`, `told sold out` (a poll's SOLD_OUT: the line closed while
 waiting), `sold out at enter` (enter's 409 SOLD_OUT). After a sold-out answer the next shopper comes
-SOLD_OUT_PAUSE_S later, so a sold-out line does not turn the run into a tight loop of refused enters. A shop's 409 is then neither a failure nor hidden among the successes, and the
-failure column counts only what went wrong: 5xx, timeouts, and answers the contract does not allow. (The
-Aggregated row adds the outcome rows to the requests: read the request rows for rates.) Against `make run`,
-`-u 300 -r 100` answered enter at p50 15 ms, p95 390 ms on this 2-core machine.
+SOLD_OUT_PAUSE_S later, so a sold-out line does not turn the run into a tight loop of refused enters. A
+shop's 409 is then neither a failure nor hidden among the successes, and the failure column counts only what
+went wrong: 5xx, timeouts, and answers the contract does not allow. (The Aggregated row adds the outcome rows
+to the requests: read the request rows for rates.) Against `make run`, `-u 300 -r 100` answered enter at p50
+15 ms, p95 390 ms on this 2-core machine.
 
 Settings (environment): VQ_LOAD_TARGET, the line to load (default `limited-drop:1`); VQ_LOAD_FIRST_USER,
 the first user id (default random, so that runs never share users). `X-User-Id` is sent by the client

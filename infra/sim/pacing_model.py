@@ -58,7 +58,7 @@ def model(users: int, rate: float, tick_s: float, arrival_s: float, heartbeat_s:
         per_second[min(seconds - 1, int(t))] += 1
     fixed = [0] * seconds
     fixed_polls = 0
-    for arrived, waited in zip(arrivals, waits):
+    for arrived, waited in zip(arrivals, waits, strict=True):
         n = math.ceil(waited / FIXED_POLL_S)
         fixed_polls += n
         for k in range(1, n + 1):

@@ -272,7 +272,7 @@ def _load(users, api, ticks, started, seconds, admitted, sold_out_at: float | No
         for second, n in enumerate(_per_second(times, started, seconds)):
             paced_series[second] += n
     # The fixed poll: the same enters, leaves and purchases, and a poll every 2.5 s while each user waited.
-    fixed_series = [n for n in paced_series]
+    fixed_series = list(paced_series)
     fixed_polls = 0
     for second, n in enumerate(_per_second(api.due["status"], started, seconds)):
         fixed_series[second] -= n
@@ -473,8 +473,9 @@ def summary(report: dict, out: Path) -> str:
             f"  admissions  {a['ticks_with_users_waiting']} ticks with users waiting admitted "
             f"{a['admitted_per_busy_tick']['min']}-{a['admitted_per_busy_tick']['max']} per tick (target "
             f"{a['target_per_tick']}); {a['catch_up_ticks']} catch-up ticks",
-            f"  shop        at most {s['max_per_window']} requests in {s['window_s']} s (target {s['target_per_s']:g}/s, "
-            f"allowed {s['allowed_per_window']} with tick alignment and the near-front poll gap), at most "
+            f"  shop        at most {s['max_per_window']} requests in {s['window_s']} s "
+            f"(target {s['target_per_s']:g}/s, allowed {s['allowed_per_window']} with tick alignment and the "
+            f"near-front poll gap), at most "
             f"{s['max_in_a_second']} in a second; {s['requests']} requests, {s['orders']} orders",
             f"  notice      admitted -> seen: p50 {n['p50']} s, p95 {n['p95']} s, max {n['max']} s (n={n['n']}); "
             f"-> the telling poll was due: p95 {n['poll_due']['p95']} s; "
@@ -483,18 +484,20 @@ def summary(report: dict, out: Path) -> str:
             f"polling every {FIXED_POLL_S} s: {fixed['requests_per_admitted_user']} ({kinds(fixed)})",
             f"  load        per 1,000 waiting: mean {paced['mean_per_1000_waiting']}, peak "
             f"{paced['peak_per_1000_waiting']} requests/s (every {FIXED_POLL_S} s: mean "
-            f"{fixed['mean_per_1000_waiting']}, peak {fixed['peak_per_1000_waiting']}); peak {paced['peak_requests_per_s']} "
-            f"requests/s in a second (every {FIXED_POLL_S} s: {fixed['peak_requests_per_s']}); "
+            f"{fixed['mean_per_1000_waiting']}, peak {fixed['peak_per_1000_waiting']}); "
+            f"peak {paced['peak_requests_per_s']} requests/s in a second (every {FIXED_POLL_S} s: "
+            f"{fixed['peak_requests_per_s']}); "
             f"{report['load']['windows']} windows with a long line",
             f"  cost        ${cost['paced']['total']:.2f} at list prices (gateway ${cost['paced']['api_gateway']:.2f}, "
             f"Lambda ${cost['paced']['lambda_requests'] + cost['paced']['lambda_gb_seconds']:.2f}, cache "
-            f"${cost['paced']['cache']:.2f}); polling every {FIXED_POLL_S} s: ${cost['fixed_2.5s_poll']['total']:.2f}",
+            f"${cost['paced']['cache']:.2f}); polling every {FIXED_POLL_S} s: "
+            f"${cost['fixed_2.5s_poll']['total']:.2f}",
             f"  latency     {latency}",
             f"  API         answered {report['api']['requests']} requests ({report['api']['per_s']}/s); they waited "
             f"p50 {report['api']['backlog_s']['p50']} s, p95 {report['api']['backlog_s']['p95']} s after they were due "
             f"(status p95 {report['api']['backlog_s']['by_kind'].get('status', {}).get('p95')} s)",
-            f"  oversells   {o['units_over_stock'] + o['second_orders']}; entry tokens used twice {o['tokens_used_twice']} "
-            f"({o['double_clicks']} double clicks)",
+            f"  oversells   {o['units_over_stock'] + o['second_orders']}; "
+            f"entry tokens used twice {o['tokens_used_twice']} ({o['double_clicks']} double clicks)",
             f"  API errors  {report['api_failures'] or 0}",
             "  machine     CPU per request answered: "
             + ", ".join(

@@ -4,6 +4,7 @@ waited to hear the sale was over, and how the shop fared at the admission rate, 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 # The shop's first seconds are its warm-up: rates and latencies are judged from then on.
@@ -55,7 +56,7 @@ def shop_load(
     # originSlo, and a pause or a sale's end is no cut).
     running = [t for t in ticks if not t["held"]]
     first_cut = next(
-        (t["server_s"] for before, t in zip(running, running[1:]) if t["per_tick"] < before["per_tick"]), None
+        (t["server_s"] for before, t in itertools.pairwise(running) if t["per_tick"] < before["per_tick"]), None
     )
     since = requests[0]["at"] + SETTLE_S
     span = max(1e-9, busy_until - since)

@@ -585,7 +585,7 @@ def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse
                 record.add(calls)
             except queue.Empty:
                 if any(p.exitcode not in (None, 0) for p in processes):
-                    raise SystemExit("a simulator worker died")
+                    raise SystemExit("a simulator worker died") from None
             last = target_tick(stack.pump.ticks[-1][1]) if stack.pump.ticks else None
             bar.set_postfix(waiting=last.waiting if last else 0, refresh=False)
             bar.update(done.value - bar.n)

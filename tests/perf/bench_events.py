@@ -1,6 +1,6 @@
 """Benchmark: the state-change events (the outbox in Redis and its publisher).
 
-Run: .venv/bin/python tests/perf/bench_events.py   (a Valkey of its own, or BENCH_REDIS_URL; REDIS_URL adds memory there)
+Run: .venv/bin/python tests/perf/bench_events.py (a Valkey of its own, or BENCH_REDIS_URL; REDIS_URL adds memory there)
 Measures, in one run:
   - what a client call costs with events on against off: round trips (commands and pipelines the client sends),
     and server time per call (EVALSHA usec_per_call, INFO commandstats) of leave, a purchase noted (observe_purchase),
@@ -114,37 +114,42 @@ def client_costs(url: str, loads: list[float], calls: int = 1000) -> dict:
         mode = ("off", "on")[round_ % 2]
         if mode == "off":
             loads.append(benchlib.load_average())
-        client = benchlib.patient_client(url)
-        prefix = benchlib.bench_prefix()
-        store = QueueStore(client, prefix, outbox_cap=CAP if mode == "on" else 0)
-        fill(store, calls)
-        sends = counted_sends(client)
-
-        def measure(name, work):
-            client.config_resetstat()
-            before = sends[0]
-            work()
-            sent = sends[0] - before
-            n, usec = evalsha_usec(client)
-            row = results.setdefault(name, {"off": [], "on": [], "round_trips_off": [], "round_trips_on": []})
-            row[mode].append(usec / n)
-            row[f"round_trips_{mode}"].append(sent / calls_of[name])
-
-        now = int(time.time() * 1000)
-        expires = int(time.time()) + 300
-        tokens = [EntryToken("x", DROP, user, expires, f"tok{user}") for user in range(1, calls + 1)]
-        calls_of = {"leave": calls // 2, "purchase noted": calls, "token restored": calls, "tick admitting 100": 5}
-        measure("leave", lambda: [store.leave(DROP, u, u, now, 600_000) for u in range(1, calls // 2 + 1)])
-        for t in tokens:
-            store.consume(t, f"c{t.user_id}", now)
-        measure(
-            "purchase noted",
-            lambda: [store.observe_purchase(DROP, Purchase(now, 50, True), True, False, t, 201) for t in tokens],
-        )
-        measure("token restored", lambda: [store.restore(t, f"c{t.user_id}") for t in tokens])
-        measure("tick admitting 100", lambda: [admit_all(store, 100) for _ in range(5)])
-        benchlib.delete_prefix(client, prefix)
+        client_round(url, mode, calls, results)
     return results
+
+
+def client_round(url: str, mode: str, calls: int, results: dict[str, dict[str, list[float]]]) -> None:
+    """One round of client_costs with events `mode` ("off" or "on"): its figures are appended to `results`."""
+    client = benchlib.patient_client(url)
+    prefix = benchlib.bench_prefix()
+    store = QueueStore(client, prefix, outbox_cap=CAP if mode == "on" else 0)
+    fill(store, calls)
+    sends = counted_sends(client)
+
+    def measure(name, work):
+        client.config_resetstat()
+        before = sends[0]
+        work()
+        sent = sends[0] - before
+        n, usec = evalsha_usec(client)
+        row = results.setdefault(name, {"off": [], "on": [], "round_trips_off": [], "round_trips_on": []})
+        row[mode].append(usec / n)
+        row[f"round_trips_{mode}"].append(sent / calls_of[name])
+
+    now = int(time.time() * 1000)
+    expires = int(time.time()) + 300
+    tokens = [EntryToken("x", DROP, user, expires, f"tok{user}") for user in range(1, calls + 1)]
+    calls_of = {"leave": calls // 2, "purchase noted": calls, "token restored": calls, "tick admitting 100": 5}
+    measure("leave", lambda: [store.leave(DROP, u, u, now, 600_000) for u in range(1, calls // 2 + 1)])
+    for t in tokens:
+        store.consume(t, f"c{t.user_id}", now)
+    measure(
+        "purchase noted",
+        lambda: [store.observe_purchase(DROP, Purchase(now, 50, True), True, False, t, 201) for t in tokens],
+    )
+    measure("token restored", lambda: [store.restore(t, f"c{t.user_id}") for t in tokens])
+    measure("tick admitting 100", lambda: [admit_all(store, 100) for _ in range(5)])
+    benchlib.delete_prefix(client, prefix)
 
 
 def publish_rate(url: str, events: int = 20_000) -> dict:

@@ -262,110 +262,109 @@ def cpu_total(call: Callable[[], object], n: int = PER_SLICE) -> float:
 
 def main() -> None:
     # Logs and metrics are on and written as on Lambda (stdout), here to a file; the table goes to the terminal.
-    out = sys.stdout
-    sink = tempfile.TemporaryFile("w+")
-    sys.stdout = sink
-    with benchlib.redis_url() as url:
-        os.environ.update(
-            {
-                **benchlib.BASE_ENV,
-                "REDIS_URL": url,
-                "VQ_KEY_PREFIX": benchlib.bench_prefix(),
-                "POWERTOOLS_LOG_LEVEL": "INFO",
-                "VQ_APPCONFIG_APPLICATION": "virtual-queue",
-                "VQ_APPCONFIG_ENVIRONMENT": "bench",
-                "VQ_APPCONFIG_PROFILE": "flags",
+    with tempfile.TemporaryFile("w+") as sink:
+        with contextlib.redirect_stdout(sink), benchlib.redis_url() as url:
+            os.environ.update(
+                {
+                    **benchlib.BASE_ENV,
+                    "REDIS_URL": url,
+                    "VQ_KEY_PREFIX": benchlib.bench_prefix(),
+                    "POWERTOOLS_LOG_LEVEL": "INFO",
+                    "VQ_APPCONFIG_APPLICATION": "virtual-queue",
+                    "VQ_APPCONFIG_ENVIRONMENT": "bench",
+                    "VQ_APPCONFIG_PROFILE": "flags",
+                }
+            )
+            from chalicelib import aws
+
+            aws.client = {"appconfigdata": AppConfigData()}.__getitem__  # the one AWS client a request reaches
+            import redis.connection
+            from chalice import Chalice
+
+            from app import ENTRIES, app
+            from chalicelib import runtime
+
+            client = runtime.store().client
+            # Timing, not the store's fail-fast budget: on a loaded machine a reply can take longer than 0.5 s.
+            client.connection_pool.connection_kwargs["socket_timeout"] = 30
+            client.connection_pool.reset()
+            context = benchlib.LambdaContext()
+            target = {"queue_type": "limited-drop", "target_id": "1"}
+            me = ENTRIES + "/me"
+
+            def call(handler, event, expected: str) -> None:
+                answer = handler(event, context)
+                assert expected in answer["body"], answer
+
+            # User 2 waits in line and no pump runs, so every poll takes the waiting path (the common one).
+            app(api_event("POST", ENTRIES, target, headers(1)), context)
+            first = app(api_event("POST", ENTRIES, target, headers(2)), context)
+            ticket = json.loads(first["body"])["queueTicket"]
+            status_event = api_event("GET", me, target, headers(2, ticket))
+            with benchlib.recorded(client) as commands:
+                call(app, status_event, '"WAITING"')
+            status_call = commands[-1]
+            with benchlib.recorded(client) as commands:
+                call(app, api_event("POST", ENTRIES, target, headers(SENTINEL)), '"WAITING"')
+            enter_call = [str(arg) for arg in commands[-1]]
+
+            # The framework's floor: Chalice routing an event to a view that makes the same script call.
+            floor = Chalice(app_name="floor", configure_logs=False)
+
+            @floor.route(me, methods=["GET"])
+            def floor_status(queue_type, target_id):
+                reply = client.execute_command(*status_call)
+                return {"status": reply[0], "aheadCount": reply[2]}
+
+            @floor.route(ENTRIES, methods=["POST"])
+            def floor_enter(queue_type, target_id):
+                user = floor.current_request.headers["x-user-id"]
+                reply = client.execute_command(*[arg.replace(str(SENTINEL), user) for arg in enter_call])
+                return {"status": reply[0], "aheadCount": reply[2]}
+
+            users = iter(range(1_000, 10**9))
+            requests = {
+                "status": lambda handler: call(handler, status_event, '"WAITING"'),
+                "enter": lambda handler: call(
+                    handler, api_event("POST", ENTRIES, target, headers(next(users))), '"WAITING"'
+                ),
             }
-        )
-        from chalicelib import aws
+            hiredis = redis.connection.HIREDIS_AVAILABLE and not os.environ.get("BENCH_PURE_PYTHON_REDIS")
+            if os.environ.get("BENCH_PURE_PYTHON_REDIS"):  # every measure without hiredis (a "before" figure)
+                pure_python_redis(client).__enter__()
 
-        aws.client = {"appconfigdata": AppConfigData()}.__getitem__  # the one AWS client a request reaches
-        import redis.connection
-        from chalice import Chalice
+            spans = Spans()
+            instrument(spans, client)
+            overhead = calibrate()
 
-        from app import ENTRIES, app
-        from chalicelib import runtime
+            def one_round() -> dict[str, float]:
+                """CPU per request of every measure: SLICES slices of PER_SLICE requests each, the measures taking
+                turns slice by slice, so that a change of load on the machine meets them all alike."""
+                found: dict[str, float] = defaultdict(float)
+                for _ in range(SLICES):
+                    for name, request in requests.items():
+                        found[f"{name}: floor"] += cpu_total(lambda request=request: request(floor))
+                        found[f"{name}: handler"] += cpu_total(lambda request=request: request(app))
+                        if hiredis:
+                            with pure_python_redis(client):
+                                request(app)  # connects
+                                found[f"{name}: handler, pure-Python redis-py"] += cpu_total(
+                                    lambda request=request: request(app)
+                                )
+                        spans.reset()
+                        with spans.installed():
+                            for _ in range(PER_SLICE):
+                                request(app)
+                        for component in COMPONENTS:
+                            spent = spans.seconds[component] - spans.calls[component] * overhead[component]
+                            found[f"{name}: {component}"] += spent
+                        found[f"{name}: Redis wait"] += spans.wait
+                return {measure: total / (SLICES * PER_SLICE) for measure, total in found.items()}
 
-        client = runtime.store().client
-        # Timing, not the store's fail-fast budget: on a loaded machine a reply can take longer than 0.5 s.
-        client.connection_pool.connection_kwargs["socket_timeout"] = 30
-        client.connection_pool.reset()
-        context = benchlib.LambdaContext()
-        target = {"queue_type": "limited-drop", "target_id": "1"}
-        me = ENTRIES + "/me"
-
-        def call(handler, event, expected: str) -> None:
-            answer = handler(event, context)
-            assert expected in answer["body"], answer
-
-        # User 2 waits in line and no pump runs, so every poll takes the waiting path (the common one).
-        app(api_event("POST", ENTRIES, target, headers(1)), context)
-        first = app(api_event("POST", ENTRIES, target, headers(2)), context)
-        ticket = json.loads(first["body"])["queueTicket"]
-        status_event = api_event("GET", me, target, headers(2, ticket))
-        with benchlib.recorded(client) as commands:
-            call(app, status_event, '"WAITING"')
-        status_call = commands[-1]
-        with benchlib.recorded(client) as commands:
-            call(app, api_event("POST", ENTRIES, target, headers(SENTINEL)), '"WAITING"')
-        enter_call = [str(arg) for arg in commands[-1]]
-
-        # The framework's floor: Chalice routing an event to a view that makes the same script call.
-        floor = Chalice(app_name="floor", configure_logs=False)
-
-        @floor.route(me, methods=["GET"])
-        def floor_status(queue_type, target_id):
-            reply = client.execute_command(*status_call)
-            return {"status": reply[0], "aheadCount": reply[2]}
-
-        @floor.route(ENTRIES, methods=["POST"])
-        def floor_enter(queue_type, target_id):
-            user = floor.current_request.headers["x-user-id"]
-            reply = client.execute_command(*[arg.replace(str(SENTINEL), user) for arg in enter_call])
-            return {"status": reply[0], "aheadCount": reply[2]}
-
-        users = iter(range(1_000, 10**9))
-        requests = {
-            "status": lambda handler: call(handler, status_event, '"WAITING"'),
-            "enter": lambda handler: call(
-                handler, api_event("POST", ENTRIES, target, headers(next(users))), '"WAITING"'
-            ),
-        }
-        hiredis = redis.connection.HIREDIS_AVAILABLE and not os.environ.get("BENCH_PURE_PYTHON_REDIS")
-        if os.environ.get("BENCH_PURE_PYTHON_REDIS"):  # every measure without hiredis (a "before" figure)
-            pure_python_redis(client).__enter__()
-
-        spans = Spans()
-        instrument(spans, client)
-        overhead = calibrate()
-
-        def one_round() -> dict[str, float]:
-            """CPU per request of every measure: SLICES slices of PER_SLICE requests each, the measures taking
-            turns slice by slice, so that a change of load on the machine meets them all alike."""
-            found: dict[str, float] = defaultdict(float)
-            for _ in range(SLICES):
-                for name, request in requests.items():
-                    found[f"{name}: floor"] += cpu_total(lambda: request(floor))
-                    found[f"{name}: handler"] += cpu_total(lambda: request(app))
-                    if hiredis:
-                        with pure_python_redis(client):
-                            request(app)  # connects
-                            found[f"{name}: handler, pure-Python redis-py"] += cpu_total(lambda: request(app))
-                    spans.reset()
-                    with spans.installed():
-                        for _ in range(PER_SLICE):
-                            request(app)
-                    for component in COMPONENTS:
-                        spent = spans.seconds[component] - spans.calls[component] * overhead[component]
-                        found[f"{name}: {component}"] += spent
-                    found[f"{name}: Redis wait"] += spans.wait
-            return {measure: total / (SLICES * PER_SLICE) for measure, total in found.items()}
-
-        one_round()  # warm every path
-        values, loads = benchlib.alternating({"round": one_round})
-    sys.stdout = out
-    sink.seek(0)
-    assert '"level"' not in sink.read(), "a request logged: the measured path is not the quiet common one"
+            one_round()  # warm every path
+            values, loads = benchlib.alternating({"round": one_round})
+        sink.seek(0)
+        assert '"level"' not in sink.read(), "a request logged: the measured path is not the quiet common one"
 
     rounds = values["round"]
 
@@ -381,7 +380,9 @@ def main() -> None:
             "floor_cpu_us": benchlib.spread(floor_cpu),
             "x_floor": benchlib.ratios(handler, floor_cpu),
             "components_us": {
-                "routing, middleware and the rest": benchlib.spread([h - n for h, n in zip(handler, named)]),
+                "routing, middleware and the rest": benchlib.spread(
+                    [h - n for h, n in zip(handler, named, strict=True)]
+                ),
                 **{c: benchlib.spread(per_round(f"{name}: {c}")) for c in COMPONENTS},
             },
             "redis_wait_us": benchlib.spread(per_round(f"{name}: Redis wait")),
@@ -389,7 +390,7 @@ def main() -> None:
         if hiredis:
             pure = per_round(f"{name}: handler, pure-Python redis-py")
             row["handler_cpu_us_pure_python_redis"] = benchlib.spread(pure)
-            row["hiredis_saves_us"] = benchlib.spread([p - h for p, h in zip(pure, handler)])
+            row["hiredis_saves_us"] = benchlib.spread([p - h for p, h in zip(pure, handler, strict=True)])
         if name == "status":
             row["verdict"] = benchlib.verdict(row["x_floor"], TARGET_RATIO)
         rows[name] = row

@@ -353,7 +353,7 @@ class Bench:
         stats, cpu = self.command_stats().get(name, (0, 0)), self.server_cpu()
         self.send(command, keyspace, REQUESTS, client_cpus)
         cpu = self.server_cpu() - cpu
-        calls, usec = (after - before for after, before in zip(self.command_stats()[name], stats))
+        calls, usec = (after - before for after, before in zip(self.command_stats()[name], stats, strict=True))
         return {"usec_per_call": usec / calls, "cpu_us_per_call": cpu / calls * 1e6}
 
     def tick_usec(self, target: Target, users: int = 10_000) -> float:
@@ -380,7 +380,7 @@ class Bench:
         cores = sorted(os.sched_getaffinity(0))
         pid = int(self.client.info("server")["process_id"])
         try:
-            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:  # another machine's, or another container's
             return None
         if len(cores) < 2 or parent not in (os.getpid(), os.getppid()):
@@ -465,8 +465,13 @@ class Bench:
         for name in ("status", "enter"):
             parts = naive_parts(naive_commands, name)
             commands = [naive_commands[n][0] for n in parts]
-            usec = [sum(round_values) for round_values in zip(*(per_round(n, "usec_per_call") for n in parts))]
-            cpu = [sum(round_values) for round_values in zip(*(per_round(n, "cpu_us_per_call") for n in parts))]
+            usec = [
+                sum(round_values) for round_values in zip(*(per_round(n, "usec_per_call") for n in parts), strict=True)
+            ]
+            cpu = [
+                sum(round_values)
+                for round_values in zip(*(per_round(n, "cpu_us_per_call") for n in parts), strict=True)
+            ]
             rows[f"naive {name}"] = {
                 "commands": [" ".join(c) for c in commands],
                 "usec_per_call": benchlib.spread(usec),
@@ -577,7 +582,9 @@ def instructions(origin: Origin) -> dict | None:
             per_call = {}
             counted = {name: scripts[name] for name in ("ZADD (baseline)", "enter", "status")}
             for name, (command, keyspace) in {**counted, **naive_commands}.items():
-                executed = count(lambda: bench.send(command, keyspace, INSTRUCTION_CALLS))
+                executed = count(
+                    lambda command=command, keyspace=keyspace: bench.send(command, keyspace, INSTRUCTION_CALLS)
+                )
                 per_call[name] = executed / INSTRUCTION_CALLS
         finally:
             benchlib.delete_prefix(client, bench.prefix)

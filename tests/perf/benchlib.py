@@ -122,7 +122,7 @@ def spread(values: list[float]) -> dict:
 
 def ratios(values: list[float], bases: list[float]) -> dict:
     """The spread of value / base, taken within each round."""
-    return spread([v / b for v, b in zip(values, bases)])
+    return spread([v / b for v, b in zip(values, bases, strict=True)])
 
 
 def verdict(figure: dict, most: float | None = None, least: float | None = None) -> str:

@@ -196,9 +196,11 @@ def stack(redis_url, tmp_path_factory):
     api_log = folder / "api.log"
     client = connect(redis_url)
     try:
-        with open(api_log, "wb") as log:
-            with LocalStack(env, api_port=free_port(), stock=20, pump_class=None, api_output=log) as local:
-                yield Stack(local, Pump(QueueStore(client, prefix), local.settings), api_log)
+        with (
+            open(api_log, "wb") as log,
+            LocalStack(env, api_port=free_port(), stock=20, pump_class=None, api_output=log) as local,
+        ):
+            yield Stack(local, Pump(QueueStore(client, prefix), local.settings), api_log)
     finally:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if keys:
@@ -269,7 +271,9 @@ def readable(page):
             const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
             const size = parseFloat(style.fontSize);
             const large = size >= 24 || (size >= 18.6 && Number(style.fontWeight) >= 700);
-            if (ratio < (large ? 3 : 4.5)) low.push(`${el.tagName} "${el.textContent.trim().slice(0, 40)}" ${ratio.toFixed(2)}`);
+            if (ratio < (large ? 3 : 4.5)) {
+                low.push(`${el.tagName} "${el.textContent.trim().slice(0, 40)}" ${ratio.toFixed(2)}`);
+            }
         }
         return low;
     }""")

@@ -3,6 +3,7 @@ pause and restart, and a 3-node cluster. Never a fake: the faults and the slots 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -55,10 +56,8 @@ class OwnRedis:
 
     def close(self) -> None:
         for server in self._servers:
-            try:
+            with contextlib.suppress(ProcessLookupError, AttributeError, TypeError):
                 os.kill(server._process.pid, signal.SIGCONT)
-            except (ProcessLookupError, AttributeError, TypeError):
-                pass
             server.terminate()
 
 
