@@ -9,7 +9,7 @@ the limits bound the cold start that must load the signing keys, and how long a 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 from botocore.config import Config
@@ -18,8 +18,12 @@ from botocore.config import Config
 CLIENT_CONFIG = Config(connect_timeout=1, read_timeout=2, retries={"mode": "standard", "total_max_attempts": 2})
 
 
+# The services the functions call.
+Service = Literal["appconfigdata", "secretsmanager", "events"]
+
+
 @functools.cache
-def client(service: str) -> Any:
+def client(service: Service) -> Any:
     """The one boto3 client of `service` (e.g. "appconfigdata", "secretsmanager") in this container."""
     return boto3.session.Session().client(service, config=CLIENT_CONFIG)
 

@@ -1,39 +1,7 @@
 """The one place that reads configuration from the environment.
 
-| variable | default | meaning |
-|---|---|---|
-| `REDIS_URL` | unset | queue state; unset means the local stack starts an embedded Valkey |
-| `VQ_REDIS_CLUSTER` | `false` | `true`: `REDIS_URL` names a cluster-mode endpoint (ElastiCache cluster mode) |
-| `VQ_REDIS_AUTH_SECRET_ID` | unset | Secrets Manager secret holding the Redis AUTH token, added to `REDIS_URL` as its password |
-| `VQ_KEY_PREFIX` | `vq` | prefix of every Redis key (tests use a unique one per run) |
-| `VQ_TOKEN_KEYS` | required | JSON object: key id -> signing secret (at least 32 characters) |
-| `VQ_SIGNS_TOKENS` | `true` | `false`: this function signs and reads no tokens (the pump, flag_sync) and loads no keys |
-| `VQ_TOKEN_ACTIVE_KID` | the only key id | key id that signs; the others still verify (rotation) |
-| `VQ_BATCH_SIZE` | 100 | users admitted per tick |
-| `VQ_TICK_MS` | 2000 | length of one admission tick |
-| `VQ_MAX_WAITING` | 100000 | capacity of one target's line |
-| `VQ_TARGETS_OPEN_ON_FIRST_USE` | `false` | `true`: a first enter opens a target no operator configured (`make run`, tests, simulator); `false` (deployed): such a target answers 404 UNKNOWN_TARGET |
-| `VQ_HEARTBEAT_TIMEOUT_S` | 60 | a user who has not polled for this long is evicted; clients are told to poll at most a third of it apart (at least 3) |
-| `VQ_TOKEN_TTL_S` | 300 | lifetime of an entry token |
-| `VQ_QUEUE_IDLE_TTL_S` | 1800 | an untouched queue's keys expire after this |
-| `VQ_MAX_EVICT_PER_TICK` | 1000 | most users one pump tick evicts per target (bounds the script's run time) |
-| `VQ_CATCHUP_TICKS` | 5 | most ticks one admission makes up for after the pump missed some (keep above `VQ_PUMP_LEASE_TICKS`) |
-| `VQ_PUMP_LEASE_TICKS` | 3 | the pump lock lapses after this many ticks without renewal (a frozen pump) |
-| `VQ_ORIGIN_LIMITED_DROP_URL` | unset | downstream of limited-drop orders: http(s) base URL, the route's path is appended; unset answers 503 |
-| `VQ_ORIGIN_TICKETING_URL` | unset | downstream of ticketing seat selection, likewise |
-| `VQ_ORIGIN_TIMEOUT_MS` | 5000 | how long a purchase waits for the downstream; then its outcome is unknown (504), and a retry goes again under the same Idempotency-Key |
-| `VQ_TOKEN_KEYS_SECRET_ID` | unset | Secrets Manager secret holding `{"activeKid": ..., "keys": {...}}` or `{"activeKid": ..., "<kid>": ...}`; replaces the two above when set |
-| `VQ_KEYS_MAX_AGE_S` | 300 | how long fetched signing keys are reused before being read again (rotation) |
-| `VQ_APPCONFIG_APPLICATION`, `VQ_APPCONFIG_ENVIRONMENT`, `VQ_APPCONFIG_PROFILE` | unset | where the feature flag lives; unset: the JSON file below |
-| `VQ_FLAGS_FILE` | `infra/flags.json` | local feature flag file (same schema as the AppConfig profile) |
-| `VQ_FLAG_POLL_S` | 15 | the AppConfig session's minimum poll interval (15 to 86400, AppConfig's limits); the store route is faster |
-| `VQ_QUEUE_ENABLED_DEFAULT` | `true` | the flag's answer when its store cannot be read (`true`: keep queueing) |
-| `VQ_FAIL_MODE` | `open` | Redis unreachable: `open` lets users in directly (DIRECT_ADMITTED), `closed` answers 503 |
-| `VQ_BREAKER_FAILURES` | 3 | consecutive Redis failures that open the circuit breaker |
-| `VQ_BREAKER_COOLDOWN_MS` | 5000 | how long an open breaker skips Redis before probing it again |
-| `VQ_EVENT_BUS` | unset | EventBridge bus (name or ARN, or `default`) the pump publishes state-change events to; set on every function (with neither this nor the next, no events are written) |
-| `VQ_EVENTS_FILE` | unset | without a bus: a file the pump appends the events to, one JSON line each (`make run`) |
-| `VQ_EVENTS_CAP` | 100000 | most unpublished events kept per target; beyond, the oldest are dropped (metric `EventsDropped`) |
+Every variable, its default and what it means: docs/configuration.md (tests/test_configuration.py keeps that
+table and this module in step).
 """
 
 from __future__ import annotations
@@ -76,7 +44,7 @@ class Keyring:
             )
         try:
             raw = json.loads(text)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise ConfigError(f"VQ_TOKEN_KEYS is not valid JSON: {exc.msg}") from None
         if not isinstance(raw, dict) or not raw:
             raise ConfigError("VQ_TOKEN_KEYS must be a non-empty JSON object")

@@ -157,8 +157,8 @@ class Publisher:
         chunks = [events[i : i + PUT_EVENTS_MAX_ENTRIES] for i in range(0, len(events), PUT_EVENTS_MAX_ENTRIES)]
         accepted: dict[Target, list[str]] = {}
         failed = 0
-        for chunk, answers in zip(chunks, self._pool.map(self._put, chunks)):
-            for event, ok in zip(chunk, answers):
+        for chunk, answers in zip(chunks, self._pool.map(self._put, chunks), strict=True):
+            for event, ok in zip(chunk, answers, strict=True):
                 if ok:
                     accepted.setdefault(event.target, []).append(event.entry_id)
                 else:

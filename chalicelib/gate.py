@@ -66,7 +66,7 @@ def route_target(target_type: str, id_text: object) -> Target | None:
 def target_from_method_arn(method_arn: object) -> Target | None:
     """The target of the purchase route a method ARN names; None for anything else."""
     match = _ROUTE_ARN.fullmatch(method_arn) if isinstance(method_arn, str) else None
-    if match is None:
+    if match is None or match.lastindex is None:
         return None
     return route_target(_ROUTE_TYPES[match.lastindex - 1], match[match.lastindex])
 
@@ -124,13 +124,14 @@ def authorize(signer: TokenSigner, event: object, now: float, queue_enabled: Que
         return _deny(None, None)
     method_arn = event.get("methodArn")
     target = target_from_method_arn(method_arn)
-    if target is None:
+    if not isinstance(method_arn, str) or target is None:
         return _deny(method_arn, None)
     token_header, user_header = entry_headers(event.get("headers"))
     token = check_entry(signer, target, token_header, user_header, now)
     if token is None:
         user_id = caller_id(user_header)
-        # Without a well-formed user id the flag cannot tell (a percentage rollout goes by user): the route needs one anyway.
+        # Without a well-formed user id the flag cannot tell (a percentage rollout goes by user); the route needs
+        # one anyway.
         if user_id is None or queue_enabled(target, user_id):
             return _deny(method_arn, target)
         context = {"userId": str(user_id), "targetType": target.type, "targetId": str(target.id), "tokenId": ""}

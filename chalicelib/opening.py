@@ -26,7 +26,7 @@ def draw_order(seed: bytes, entrants: Sequence[tuple[str, int]]) -> list[tuple[s
     shuffled = sorted(
         (user for user, _ in entrants), key=lambda user: hmac.new(seed, user.encode(), hashlib.sha256).digest()
     )
-    return list(zip(shuffled, numbers))
+    return list(zip(shuffled, numbers, strict=True))
 
 
 def open_target(store: QueueStore, target: Target, now_ms: int) -> int:

@@ -39,7 +39,7 @@ class OriginAnswer:
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     # urllib would replay a redirected POST as a GET without its body; the client gets the 3xx instead.
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
 

@@ -109,9 +109,11 @@ class PurchaseGate:
         if request.content_type is not None and not _CONTENT_TYPE.fullmatch(request.content_type):
             raise InvalidArgument("Content-Type must be 1 to 255 visible ASCII characters")
         target = route_target(request.target_type, request.target_id)
-        token = None if target is None else check_entry(self.signer, target, request.entry_token, request.user_id, now)
+        if target is None:
+            self._deny(None)
+        token = check_entry(self.signer, target, request.entry_token, request.user_id, now)
         if token is None:
-            if target is not None and not self.switch.queue_enabled(target, user_id):
+            if not self.switch.queue_enabled(target, user_id):
                 return self._forward(target, request, user_id, None)
             self._deny(target)
         # Defence in depth: an authorizer's Allow must describe this very token, user and target.

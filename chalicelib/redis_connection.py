@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, Union, cast
+from typing import Any, TypeVar, cast
 
 import pybreaker
 import redis
@@ -15,7 +15,7 @@ from redis.exceptions import RedisClusterException
 from redis.lock import Lock
 from redis.retry import Retry
 
-RedisClient = Union[redis.Redis, redis.RedisCluster]
+RedisClient = redis.Redis | redis.RedisCluster
 T = TypeVar("T")
 
 
@@ -33,8 +33,8 @@ class Breaker(pybreaker.CircuitBreaker):
     State changes keep their own locks; at worst a few concurrent calls make the half-open trial together.
     Out of memory is an answer, not an outage: it never opens the breaker."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, exclude=[redis.OutOfMemoryError], **kwargs)
+    def __init__(self, fail_max: int, reset_timeout: float) -> None:
+        super().__init__(fail_max=fail_max, reset_timeout=reset_timeout, exclude=[redis.OutOfMemoryError])
 
     def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         state = self.state
@@ -51,12 +51,12 @@ class Breaker(pybreaker.CircuitBreaker):
 
 def connect(url: str, *, cluster: bool = False) -> RedisClient:
     """A client that fails fast: short timeouts and no blind retry (scripts are not all idempotent)."""
-    options = dict(
-        decode_responses=True,
-        socket_connect_timeout=0.2,
-        socket_timeout=0.5,
-        retry=Retry(NoBackoff(), 0),
-    )
+    options = {
+        "decode_responses": True,
+        "socket_connect_timeout": 0.2,
+        "socket_timeout": 0.5,
+        "retry": Retry(NoBackoff(), 0),
+    }
     if cluster:
         return cast(redis.RedisCluster, _ClusterOnFirstUse(url, options))
     return _ConnectionPerThread.from_url(url, **options)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from aws_lambda_powertools.utilities.feature_flags.base import StoreProvider
+
 from chalicelib import aws
 from chalicelib.config import ConfigError, Settings, load_keyring, load_settings, redis_url_with_auth
 from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
@@ -37,6 +39,7 @@ def signer() -> TokenSigner:
 @functools.cache
 def switch() -> QueueSwitch:
     s = settings()
+    source: StoreProvider
     if s.appconfig is not None:
         application, environment, profile = s.appconfig
         source = AppConfigSession(
@@ -53,11 +56,10 @@ def switch() -> QueueSwitch:
 
 def deployed_flag() -> dict:
     """The flag configuration AppConfig serves now, read by a session of its own (flag_sync, on a rollback)."""
-    if settings().appconfig is None:
+    appconfig = settings().appconfig
+    if appconfig is None:
         raise ConfigError("VQ_APPCONFIG_* is not set: there is no deployed flag to read")
-    session = AppConfigSession(
-        *settings().appconfig, aws.client("appconfigdata"), poll_interval_s=settings().flag_poll_s
-    )
+    session = AppConfigSession(*appconfig, aws.client("appconfigdata"), poll_interval_s=settings().flag_poll_s)
     session.poll()
     return session.get_configuration()
 
@@ -67,8 +69,9 @@ def store() -> QueueStore:
     url = settings().redis_url
     if url is None:
         raise ConfigError("REDIS_URL is not set (`make run` starts an embedded Valkey and sets it)")
-    if settings().redis_auth_secret_id:
-        url = redis_url_with_auth(url, settings().redis_auth_secret_id)
+    auth_secret_id = settings().redis_auth_secret_id
+    if auth_secret_id:
+        url = redis_url_with_auth(url, auth_secret_id)
     breaker = Breaker(
         fail_max=settings().breaker_failures,
         reset_timeout=settings().breaker_cooldown_ms / 1000,

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from chalicelib.errors import InvalidArgument
@@ -83,7 +84,8 @@ class TargetConfig:
                 return text
             return float(text) if name == "slo_error_rate" else int(text)
 
-        return cls(**{f.name: read(f.name, stored[f.name]) for f in fields(cls) if f.name in stored})
+        values: dict[str, Any] = {f.name: read(f.name, stored[f.name]) for f in fields(cls) if f.name in stored}
+        return cls(**values)
 
     def to_body(self, all_flags: bool = False) -> dict:
         """The API's spelling; `paused` and `soldOut` only when on, unless `all_flags`."""
@@ -127,7 +129,7 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
     unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES) - set(_TEXTS) - set(_FLAGS) - {"originSlo"})
     if unknown:
         raise InvalidArgument(f"unknown fields: {', '.join(unknown)[:200]}")
-    values: dict[str, int | float | bool | str] = {}
+    values: dict[str, Any] = {}  # each value checked against its field below
     for api_name, (name, lowest, highest) in _LIMITS.items():
         if api_name in body:
             value = body[api_name]
