@@ -30,7 +30,7 @@ from chalicelib.observability import (
 )
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.target_config import parse_config
-from chalicelib.targets import parse_target, parse_user_id
+from chalicelib.targets import TARGET_TYPES, TargetType, parse_target, parse_user_id
 
 app = Chalice(app_name="virtual-queue", configure_logs=False)
 # No route takes or answers binary media: bodies are JSON (a route refuses any other Content-Type with 415), pages
@@ -202,18 +202,18 @@ def _purchase(target_type, target_id):
     return Response(body=answer.text, status_code=answer.status, headers=headers)
 
 
-@app.route(gate.PURCHASE_PATHS["limited-drop"].format("{drop_id}"), methods=["POST"], authorizer=PURCHASE_AUTHORIZER)
-@answers_queue_errors
-def order_limited_drop(drop_id):
-    return _purchase("limited-drop", drop_id)
+def _purchase_route(kind: TargetType) -> None:
+    """The purchase route of target type `kind` (targets.py), which purchase_authorizer guards deployed."""
+
+    def purchase(**path):
+        return _purchase(kind.name, path[kind.id_parameter])
+
+    purchase.__name__ = purchase.__qualname__ = "purchase_" + kind.name.replace("-", "_")
+    app.route(kind.purchase_path, methods=["POST"], authorizer=PURCHASE_AUTHORIZER)(answers_queue_errors(purchase))
 
 
-@app.route(
-    gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}"), methods=["POST"], authorizer=PURCHASE_AUTHORIZER
-)
-@answers_queue_errors
-def select_seats(event_id):
-    return _purchase("ticketing-event", event_id)
+for _kind in TARGET_TYPES.values():
+    _purchase_route(_kind)
 
 
 # --- admission pump ---

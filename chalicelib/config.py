@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from chalicelib import polling
+from chalicelib.targets import TARGET_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -128,8 +129,8 @@ class Settings:
     max_evict_per_tick: int = 1000
     catchup_ticks: int = 5
     pump_lease_ticks: int = 3
-    origin_limited_drop_url: str | None = None
-    origin_ticketing_url: str | None = None
+    # Each target type's downstream (its TargetType's origin_variable); None: its purchases answer 503.
+    origins: Mapping[str, str | None] = field(default_factory=dict)
     origin_timeout_ms: int = 5000
     keys_max_age_s: int = 300
     keys_secret_id: str | None = None
@@ -227,8 +228,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         max_evict_per_tick=_positive_int(env, "VQ_MAX_EVICT_PER_TICK", 1000),
         catchup_ticks=_positive_int(env, "VQ_CATCHUP_TICKS", 5),
         pump_lease_ticks=_positive_int(env, "VQ_PUMP_LEASE_TICKS", 3),
-        origin_limited_drop_url=_origin_url(env, "VQ_ORIGIN_LIMITED_DROP_URL"),
-        origin_ticketing_url=_origin_url(env, "VQ_ORIGIN_TICKETING_URL"),
+        origins={kind.name: _origin_url(env, kind.origin_variable) for kind in TARGET_TYPES.values()},
         origin_timeout_ms=_positive_int(env, "VQ_ORIGIN_TIMEOUT_MS", 5000),
         keys_max_age_s=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300),
         keys_secret_id=env.get("VQ_TOKEN_KEYS_SECRET_ID") or None,

@@ -14,14 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from chalicelib.errors import InvalidArgument
-from chalicelib.targets import Target, parse_positive_id, parse_user_id
+from chalicelib.targets import TARGET_TYPES, Target, TargetType, parse_positive_id, parse_user_id
 from chalicelib.tokens import EntryToken, TokenSigner
-
-# The purchase routes and the target type each one sells; the downstream serves the same paths.
-PURCHASE_PATHS = {
-    "limited-drop": "/limited-drops/{}/orders",
-    "ticketing-event": "/events/{}/seats/select",
-}
 
 _ENTRY_HEADERS = ("x-entry-token", "x-user-id")
 
@@ -29,14 +23,14 @@ _ENTRY_HEADERS = ("x-entry-token", "x-user-id")
 _ARN_HEAD = r"arn:aws[a-z-]*:execute-api:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9]+/[A-Za-z0-9_-]+/POST"
 
 
-def _path_pattern(path: str) -> str:
-    before, after = path.split("{}")
+def _path_pattern(kind: TargetType) -> str:
+    before, after = kind.purchase_path.split("{" + kind.id_parameter + "}")
     return re.escape(before) + "([^/]+)" + re.escape(after)
 
 
-# One alternative per route: the number of the group that matched tells the target type.
-_ROUTE_TYPES = list(PURCHASE_PATHS)
-_ROUTE_ARN = re.compile(_ARN_HEAD + "(?:" + "|".join(map(_path_pattern, PURCHASE_PATHS.values())) + ")")
+# One alternative per purchase route (the target types' own): the number of the group that matched tells the type.
+_ROUTE_TYPES = list(TARGET_TYPES)
+_ROUTE_ARN = re.compile(_ARN_HEAD + "(?:" + "|".join(map(_path_pattern, TARGET_TYPES.values())) + ")")
 
 
 @dataclass(frozen=True)
@@ -50,12 +44,12 @@ class Verdict:
 
 def purchase_path(target: Target) -> str:
     """The path of `target`'s purchase route, e.g. `/limited-drops/42/orders`."""
-    return PURCHASE_PATHS[target.type].format(target.id)
+    return TARGET_TYPES[target.type].purchase_path_of(target.id)
 
 
 def route_target(target_type: str, id_text: object) -> Target | None:
     """The target a purchase route's path names, or None if the id is not a valid target id."""
-    if target_type not in PURCHASE_PATHS or not isinstance(id_text, str):
+    if target_type not in TARGET_TYPES or not isinstance(id_text, str):
         return None
     try:
         return Target(target_type, parse_positive_id(id_text, "target id"))

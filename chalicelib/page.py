@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from chalicelib.targets import Target
+from chalicelib.targets import TARGET_TYPES, Target
 
 # Beside this module, so the deployment package (which carries chalicelib/**) has them too.
 STATIC = Path(__file__).resolve().parent / "static"
@@ -71,7 +71,8 @@ def render(
     """The waiting room of `target` served at `page_path` in `lang`: it queues at `entries_path` and buys at
     `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them."""
     texts = messages()[lang]
-    name = display.get("displayName") or texts["fallbackName"].format(type=texts[f"type_{target.type}"], id=target.id)
+    kind = TARGET_TYPES[target.type].labels[lang]
+    name = display.get("displayName") or texts["fallbackName"].format(type=kind, id=target.id)
     values = {**texts, "lang": lang, "name": name}
     config = {
         "queueType": target.type,
@@ -94,4 +95,5 @@ def service_worker() -> str:
 
 def console(page_path: str, queues_path: str) -> str:
     """The operator console served at `page_path`; it reads and steers the targets under `queues_path`."""
-    return _static("console.html").replace("__CONFIG__", _script_json({"queues": _relative(page_path, queues_path)}))
+    config = {"queues": _relative(page_path, queues_path), "types": list(TARGET_TYPES)}
+    return _static("console.html").replace("__CONFIG__", _script_json(config))

@@ -87,10 +87,7 @@ class PurchaseGate:
         self.settings = settings
         self.switch = switch
         self.clock = clock
-        self.origins = {
-            "limited-drop": settings.origin_limited_drop_url,
-            "ticketing-event": settings.origin_ticketing_url,
-        }
+        self.origins = settings.origins
         self.timeout_s = settings.origin_timeout_ms / 1000
         self.outage = OutageLedger()
         self.shop = ShopWatch(store, clock)

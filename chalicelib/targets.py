@@ -3,11 +3,56 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from chalicelib.errors import InvalidArgument, UnknownTargetType
 
-TARGET_TYPES = ("limited-drop", "ticketing-event")
+_PATH_PARAMETER = re.compile(r"\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class TargetType:
+    """A kind of sale the queue guards. Everything that differs between kinds is here: the routes, the gate, the
+    downstreams, the token format, the pages and the OpenAPI spec derive from TARGET_TYPES or are tested
+    against it, so a new kind is one entry below."""
+
+    name: str  # as the queue's routes spell it: /virtual-queues/{name}/{targetId}/...
+    purchase_path: str  # the purchase route the gate guards, with the target id as its one parameter
+    origin_variable: str  # the environment variable naming the downstream that serves `purchase_path`
+    labels: Mapping[str, str]  # the waiting-room page's name of the kind, per language
+
+    def __post_init__(self) -> None:
+        if len(_PATH_PARAMETER.findall(self.purchase_path)) != 1:
+            raise ValueError(f"{self.purchase_path} must have one parameter: the target id")
+
+    @property
+    def id_parameter(self) -> str:
+        """The name of the target id's parameter in `purchase_path`."""
+        return _PATH_PARAMETER.findall(self.purchase_path)[0]
+
+    def purchase_path_of(self, target_id: int) -> str:
+        """`purchase_path` with `target_id` in place, e.g. /limited-drops/42/orders."""
+        return self.purchase_path.replace("{" + self.id_parameter + "}", str(target_id))
+
+
+TARGET_TYPES: dict[str, TargetType] = {
+    kind.name: kind
+    for kind in (
+        TargetType(
+            name="limited-drop",
+            purchase_path="/limited-drops/{drop_id}/orders",
+            origin_variable="VQ_ORIGIN_LIMITED_DROP_URL",
+            labels={"en": "Limited drop", "ko": "한정판 발매"},
+        ),
+        TargetType(
+            name="ticketing-event",
+            purchase_path="/events/{event_id}/seats/select",
+            origin_variable="VQ_ORIGIN_TICKETING_URL",
+            labels={"en": "Ticketed event", "ko": "티켓 예매"},
+        ),
+    )
+}
 
 # Positive integers as 1-18 ASCII digits: fits in a Redis score and a Lua number exactly.
 _POSITIVE_ID = re.compile(r"[1-9][0-9]{0,17}")
@@ -15,7 +60,7 @@ _POSITIVE_ID = re.compile(r"[1-9][0-9]{0,17}")
 
 @dataclass(frozen=True, order=True)
 class Target:
-    """One queue: a limited drop or a ticketing event."""
+    """One queue: a target of one of the TARGET_TYPES, e.g. limited drop 42."""
 
     type: str
     id: int

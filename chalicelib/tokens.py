@@ -21,18 +21,13 @@ from re import Match, Pattern
 from chalicelib.config import ConfigError, Keyring
 from chalicelib.observability import logger
 from chalicelib.refresh import BackgroundRefresh
-from chalicelib.targets import Target
+from chalicelib.targets import TARGET_TYPES, Target
 
 # A token is ~150 characters; refuse anything much longer before doing any work on it.
 MAX_TOKEN_CHARS = 512
 _ID = r"[1-9][0-9]{0,17}"
-_HEAD = (
-    r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>limited-drop|ticketing-event)\|(?P<target>"
-    + _ID
-    + r")\|(?P<user>"
-    + _ID
-    + r")"
-)
+_TYPES = "|".join(map(re.escape, TARGET_TYPES))
+_HEAD = r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>" + _TYPES + r")\|(?P<target>" + _ID + r")\|(?P<user>" + _ID + r")"
 _ENTRY_PAYLOAD = re.compile(r"et1\|" + _HEAD + r"\|(?P<exp>[1-9][0-9]{0,11})\|(?P<tid>[A-Za-z0-9_-]{22})")
 _GRANT = re.compile(r"(?P<exp>[1-9][0-9]{0,11})\.(?P<tid>[A-Za-z0-9_-]{22})")
 _TICKET_PAYLOAD = re.compile(r"qt1\|" + _HEAD + r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})")

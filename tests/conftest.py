@@ -30,6 +30,7 @@ from chalicelib.config import load_settings  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import QueueStore  # noqa: E402
+from chalicelib.targets import TARGET_TYPES  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
 from tests.support.redis_servers import OwnRedis, ValkeyCluster  # noqa: E402
 
@@ -204,12 +205,12 @@ def resources(template):
 
 @pytest.fixture
 def origin(env):
-    """A real downstream shop on 127.0.0.1, and both purchase routes pointed at it."""
+    """A real downstream shop on 127.0.0.1, and every purchase route pointed at it."""
     from tests.support.downstream import Origin
 
     server = Origin()
-    # The trailing slash is trimmed by the settings: purchase paths are appended to it.
-    env(VQ_ORIGIN_LIMITED_DROP_URL=server.url, VQ_ORIGIN_TICKETING_URL=server.url + "/")
+    # Every other type's with a trailing slash, which the settings trim: purchase paths are appended to it.
+    env(**{kind.origin_variable: server.url + "/" * (i % 2) for i, kind in enumerate(TARGET_TYPES.values())})
     yield server
     server.close()
 

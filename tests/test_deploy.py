@@ -13,13 +13,13 @@ import pytest
 import redis
 from moto import mock_aws
 
-from chalicelib import aws, gate, runtime
+from chalicelib import aws, runtime
 from chalicelib.config import ConfigError, Keyring, load_settings
 from chalicelib.observability import count
 from chalicelib.pump import Pump
 from chalicelib.redis_connection import connect
 from chalicelib.target_config import parse_config
-from chalicelib.targets import Target
+from chalicelib.targets import TARGET_TYPES, Target
 from infra.package import deep_merge, merge_template
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,10 +30,7 @@ ROLES = {
     "AdmissionPump": "AdmissionPumpRole",
     "FlagSync": "FlagSyncRole",
 }
-PURCHASE_PATHS = {
-    gate.PURCHASE_PATHS["limited-drop"].format("{drop_id}"),
-    gate.PURCHASE_PATHS["ticketing-event"].format("{event_id}"),
-}
+PURCHASE_PATHS = {kind.purchase_path for kind in TARGET_TYPES.values()}
 DROP = Target("limited-drop", 42)
 
 

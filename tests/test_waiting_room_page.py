@@ -9,6 +9,7 @@ import pytest
 
 from chalicelib import page
 from chalicelib.target_config import parse_config
+from chalicelib.targets import TARGET_TYPES
 
 
 def config_of(html):
@@ -159,10 +160,10 @@ def test_service_worker_is_served_as_script_from_the_folder_it_covers(api):
     assert b'addEventListener("fetch"' in answer.body
 
 
-def test_console_page_reads_the_operator_routes_relative_to_itself(api):
+def test_console_page_reads_the_operator_routes_relative_to_itself_and_knows_the_target_types(api):
     answer = api.http.get("/console")
     assert answer.status_code == 200 and answer.headers["Content-Type"] == "text/html; charset=utf-8"
-    assert config_of(answer.body.decode()) == {"queues": "virtual-queues"}
+    assert config_of(answer.body.decode()) == {"queues": "virtual-queues", "types": list(TARGET_TYPES)}
 
 
 def test_operators_list_the_targets_with_users_in_line(api):
