@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Union
+from typing import Any
 
 from chalicelib import shop_health
 from chalicelib.target_config import TargetConfig
@@ -35,7 +35,7 @@ class PreQueued:
 
 @dataclass
 class Admitted:
-    """Holds the entry token of `grant` (as queue state spells it); `issued_now` when this very call admitted the user."""
+    """Holds the entry token of `grant` (as queue state spells it); `issued_now`: this very call admitted the user."""
 
     grant: str
     issued_now: bool
@@ -76,19 +76,9 @@ class FlagChanged:
     version: str
 
 
-Place = Union[
-    Waiting,
-    PreQueued,
-    Admitted,
-    Full,
-    Closed,
-    Gone,
-    OtherEntry,
-    SoldOut,
-    Unknown,
-    SwitchedOff,
-    FlagChanged,
-]
+Place = (
+    Waiting | PreQueued | Admitted | Full | Closed | Gone | OtherEntry | SoldOut | Unknown | SwitchedOff | FlagChanged
+)
 
 
 class Consumption:
@@ -144,26 +134,33 @@ class TargetTick:
     per_tick: float = 0.0  # users per tick in force: the batch, less while the shop is unhealthy; 0 paused or sold out
 
 
-# How to read a script's reply, by its first element (anything else, e.g. NOT_IN_QUEUE: Gone).
-_PLACES: dict[str, Callable[[list], Place]] = {
+# How to read enter.lua's and status.lua's answers (by tag, then by the field names of chalicelib/scripts.py).
+# A poll never makes a new entry: status.lua's answers have no `created`.
+_PLACES: dict[str, Callable[[Any], Place]] = {
     "WAITING": lambda r: Waiting(
-        seq=int(r[1]), ahead=int(r[2]), rate=float(r[3]), paused=r[4] == 1, created=len(r) > 5 and r[5] == 1
+        seq=int(r.seq),
+        ahead=int(r.ahead),
+        rate=float(r.rate),
+        paused=r.paused == 1,
+        created=getattr(r, "created", 0) == 1,
     ),
     "PRE_QUEUE": lambda r: PreQueued(
-        arrival=int(r[1]), opens_at_ms=int(r[2]) if r[2] else None, created=len(r) > 3 and r[3] == 1
+        arrival=int(r.arrival),
+        opens_at_ms=int(r.opens_at_ms) if r.opens_at_ms else None,
+        created=getattr(r, "created", 0) == 1,
     ),
-    "ADMITTED": lambda r: Admitted(grant=r[1].split(" ")[-1], issued_now=r[2] == 1),  # '<entry number> <grant>'
-    "FLAG": lambda r: FlagChanged(r[1]),
+    "ADMITTED": lambda r: Admitted(grant=r.held.split(" ")[-1], issued_now=r.issued_now == 1),  # '<entry> <grant>'
+    "FLAG": lambda r: FlagChanged(r.target_version),
     "FULL": lambda _: Full(),
     "CLOSED": lambda _: Closed(),
     "OTHER_ENTRY": lambda _: OtherEntry(),
     "SOLD_OUT": lambda _: SoldOut(),
     "UNKNOWN_TARGET": lambda _: Unknown(),
     "OFF": lambda _: SwitchedOff(),
+    "NOT_IN_QUEUE": lambda _: Gone(),
 }
 
 
-def place_of(reply: list) -> Place:
-    """What enter.lua or status.lua answered, as a place."""
-    read = _PLACES.get(reply[0])
-    return Gone() if read is None else read(reply)
+def place_of(reply: Any) -> Place:
+    """What enter.lua or status.lua answered (read by name: `Script.read`), as a place."""
+    return _PLACES[reply.tag](reply)

@@ -1,9 +1,21 @@
-"""The Lua scripts (one file each in lua/): loaded once and called by SHA, alone or many in one pipeline."""
+"""The Lua scripts (one file each in lua/): what each takes and answers, by name; loaded once and called by SHA,
+alone or many in one pipeline.
+
+Python and Lua agree by name, never by position: `CONTRACTS` declares each script's KEYS, ARGV and reply
+fields in the order the script's header lists them (and its first lines bind them to locals of the same
+names). A caller passes every key and argument by name and reads the reply by name;
+tests/test_script_contracts.py checks every header and binding against this table.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections import namedtuple
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError
 
@@ -11,37 +23,228 @@ from chalicelib.redis_connection import RedisClient
 
 # Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
-# Scripts that report a change of state: lua/outbox.lua goes before them.
-_REPORTING = {"admit", "evict", "leave", "restore", "observe_purchase", "configure", "draw_finish"}
+# The two arguments every script that reports a change of state ends its ARGV with (lua/outbox.lua).
+OUTBOX_ARGS = ("outbox_cap", "outbox_ttl_ms")
+# The switch's two arguments, last of enter's and status's ARGV (chalicelib/flags.py).
+SWITCH_ARGS = ("flag_version", "queued")
+# What adjust_rate.lua follows the shop by: chalicelib/shop_health.py's FollowRules, field for field.
+FOLLOW_ARGS = (
+    "window_ms",
+    "fewest",
+    "increase",
+    "reach_ms",
+    "deepest",
+    "gentlest",
+    "floor",
+    "headroom",
+    "drain_ms",
+    "opening",
+    "probe",
+    "band",
+    "hold_ms",
+)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """One script's interface: its KEYS and ARGV in order, and its reply's fields.
+
+    `rest` names the ARGV that follow the named ones, a list of any length (field, value, ...). A reply is
+    `reply` (a list of these fields), or one of `replies` (a list led by a tag naming its fields), or, with
+    neither, a single value.
+    """
+
+    keys: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    rest: str | None = None
+    reporting: bool = False  # reports state changes: lua/outbox.lua goes before it, and it takes OUTBOX_ARGS
+    reply: tuple[str, ...] | None = None
+    replies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [*self.keys, *self.args]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a name is given twice: {names}")
+        if self.reporting and not set(OUTBOX_ARGS) <= set(self.args):
+            raise ValueError(f"a reporting script takes {OUTBOX_ARGS}")
+
+
+# fmt: off
+CONTRACTS: dict[str, Contract] = {
+    "enter": Contract(
+        keys=("waiting", "heartbeat", "seq", "mark", "token", "registered", "stats", "config", "prequeue", "draw",
+              "active"),
+        args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "grant", "grant_ttl_ms", "grant_expires_ms",
+              "registration_refresh_ms", "default_batch", "default_tick_ms", "open_on_first_use", *SWITCH_ARGS),
+        replies={
+            "ADMITTED": ("held", "issued_now"),
+            "WAITING": ("seq", "ahead", "rate", "paused", "created", "register"),
+            "PRE_QUEUE": ("arrival", "opens_at_ms", "created", "register"),
+            "FULL": (), "CLOSED": (), "SOLD_OUT": (), "UNKNOWN_TARGET": (), "OFF": (),
+            "FLAG": ("target_version",),
+        },
+    ),
+    "status": Contract(
+        keys=("waiting", "heartbeat", "mark", "token", "stats", "waits", "config", "prequeue", "active", "draw"),
+        args=("user_id", "now_ms", "grant", "grant_ttl_ms", "grant_expires_ms", "wait_ms", "wait_bucket",
+              "default_batch", "default_tick_ms", "ticket_entry", "idle_ttl_ms", *SWITCH_ARGS),
+        replies={
+            "ADMITTED": ("held", "issued_now"),
+            "WAITING": ("seq", "ahead", "rate", "paused"),
+            "PRE_QUEUE": ("arrival", "opens_at_ms"),
+            "NOT_IN_QUEUE": (), "OTHER_ENTRY": (), "UNKNOWN_TARGET": (), "SOLD_OUT": (), "OFF": (),
+            "FLAG": ("target_version",),
+        },
+    ),
+    "leave": Contract(
+        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "draw", "events"),
+        args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS),
+        reporting=True,
+    ),
+    "consume": Contract(
+        keys=("consumed", "active", "revoked", "config"),
+        args=("consumption_id", "marker_ttl_ms", "user_id", "token_id", "open_on_first_use"),
+    ),
+    "restore": Contract(
+        keys=("consumed", "active", "events", "stats"),
+        args=("consumption_id", "user_id", "token_expires_ms", "outcome", "token_id", *OUTBOX_ARGS),
+        reporting=True,
+    ),
+    "stats": Contract(
+        keys=("waiting", "mark", "stats", "waits", "prequeue", "active", "config", "draw", "health", "purchases"),
+        args=("now_ms",),
+        reply=("waiting", "pre_queued", "active", "stats", "waits", "config", "draw", "health", "purchases"),
+    ),
+    "configure": Contract(
+        keys=("config", "events", "stats"),
+        args=("now_ms", *OUTBOX_ARGS),
+        rest="settings",
+        reporting=True,
+    ),
+    "draw_begin": Contract(keys=("draw", "config", "prequeue"), args=("fresh_seed",), reply=("seed", "done")),
+    "draw_place": Contract(keys=("waiting", "heartbeat", "prequeue"), args=("now_ms",), rest="placements"),
+    "draw_finish": Contract(
+        keys=("draw", "prequeue", "events", "stats"),
+        args=("placed", "now_ms", *OUTBOX_ARGS),
+        reporting=True,
+    ),
+    "admit": Contract(
+        keys=("waiting", "heartbeat", "seq", "mark", "tick", "stats", "waits", "admissions", "config", "prequeue",
+              "draw", "active", "health", "events"),
+        args=("default_tick_ms", "default_batch", "catchup_ticks", "idle_ttl_ms", *OUTBOX_ARGS),
+        reporting=True,
+        reply=("applied_tick", "admitted", "mark", "waiting", "server_ms", "needs_draw", "tick_ms", "batch",
+               "max_waiting", "max_active", "paused", "sold_out", "per_tick"),
+    ),
+    "evict": Contract(
+        keys=("waiting", "heartbeat", "registered", "stats", "prequeue", "events"),
+        args=("heartbeat_timeout_ms", "max_evict", *OUTBOX_ARGS),
+        reporting=True,
+        reply=("evicted", "idle"),
+    ),
+    "forget_target": Contract(keys=("registry",), args=("target", "nonce")),
+    "observe_purchase": Contract(
+        keys=("config", "purchases", "stats", "events", "registered"),
+        args=("sent_ms", "latency_ms", "ok", "accepted", "sold_out", "max_purchases", "purchases_ttl_ms", "token_id",
+              "user_id", "status", *OUTBOX_ARGS, "registration_refresh_ms"),
+        reporting=True,
+        reply=("noted", "register"),
+    ),
+    "adjust_rate": Contract(
+        keys=("config", "health", "purchases"),
+        args=("default_tick_ms", "default_batch", "health_ttl_ms", *FOLLOW_ARGS),
+        reply=("allowed", "p95_ms", "error_share", "judged"),  # or an empty list: nothing to adjust this tick
+    ),
+}
+# fmt: on
 
 
 class Script:
-    """One script of `client`'s, called by SHA as a raw EVALSHA. redis-py's Script adds to every call a check
-    whether its client is a pipeline (an isinstance through typing's Protocol machinery) and two more wrappers."""
+    """One script of `client`'s, called by SHA as a raw EVALSHA, its keys and arguments passed by name.
 
-    def __init__(self, client: RedisClient, script: str) -> None:
+    redis-py's Script adds to every call a check whether its client is a pipeline (an isinstance through
+    typing's Protocol machinery) and two more wrappers.
+    """
+
+    def __init__(self, client: RedisClient, name: str, text: str, contract: Contract) -> None:
         self.client = client
-        self.script = script
-        self.sha = hashlib.sha1(script.encode()).hexdigest()
+        self.name = name
+        self.script = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+        self.contract = contract
+        self._names = len(contract.keys) + len(contract.args)
+        # itemgetter of one name answers a value, not a tuple: a 1-tuple of names is read as a 1-tuple.
+        self._keys_of = _getter(contract.keys)
+        self._args_of = _getter(contract.args)
+        self._replies: dict[str, Any] = {
+            tag: namedtuple(tag, ("tag", *names)) for tag, names in contract.replies.items()
+        }
+        self._reply: Any = namedtuple(name, contract.reply) if contract.reply else None
 
-    def __call__(self, keys: list, args: list) -> object:
-        """The script's reply; a script the server has lost (restart, failover) is loaded and called again."""
+    def bind(self, rest: Sequence[Any] = (), /, **named: Any) -> Call:
+        """This script's call with every key and argument `named` (and `rest`, the trailing list): KeyError for
+        a missing name, TypeError for one the contract does not know."""
+        if len(named) != self._names:
+            unknown = set(named) - set(self.contract.keys) - set(self.contract.args)
+            missing = (set(self.contract.keys) | set(self.contract.args)) - set(named)
+            raise TypeError(
+                f"{self.name}.lua takes no {sorted(unknown)}" if unknown else f"{self.name}.lua needs {sorted(missing)}"
+            )
+        if rest and self.contract.rest is None:
+            raise TypeError(f"{self.name}.lua takes no list after its arguments")
+        return Call(self, self._keys_of(named), (*self._args_of(named), *rest))
+
+    def __call__(self, rest: Sequence[Any] = (), /, **named: Any) -> Any:
+        """The script's reply to a call by name; a script the server has lost (restart, failover) is loaded and
+        called again."""
+        return self.run(self.bind(rest, **named))
+
+    def run(self, call: Call) -> Any:
         try:
-            return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return self.client.execute_command("EVALSHA", self.sha, len(call.keys), *call.keys, *call.args)
         except NoScriptError:
             self.sha = self.client.script_load(self.script)
-            return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return self.client.execute_command("EVALSHA", self.sha, len(call.keys), *call.keys, *call.args)
+
+    def read(self, reply: Any) -> Any:
+        """`reply` with its fields by name: a tagged reply as a tuple led by `tag`. ValueError for a tag or a
+        length the contract does not declare."""
+        if self._reply is not None:
+            if len(reply) != len(self.contract.reply or ()):
+                raise ValueError(f"{self.name}.lua answered {len(reply)} fields, not {self._reply._fields}")
+            return self._reply._make(reply)
+        shape = self._replies.get(reply[0])
+        if shape is None or len(reply) != len(shape._fields):
+            raise ValueError(f"{self.name}.lua answered {reply[0]!r} with {len(reply) - 1} fields")
+        return shape._make(reply)
+
+
+class Call(NamedTuple):
+    """One script call, its keys and arguments in the script's order."""
+
+    script: Script
+    keys: tuple
+    args: tuple
+
+
+def _getter(names: tuple[str, ...]):
+    if not names:
+        return lambda named: ()
+    get = itemgetter(*names)
+    return (lambda named: (get(named),)) if len(names) == 1 else get
 
 
 def load_script(client: RedisClient, name: str) -> Script:
-    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events), loaded on its first call and then called by SHA."""
+    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events), loaded on its first call and then called
+    by SHA, with its contract."""
+    contract = CONTRACTS[name]
     text = (LUA_DIR / f"{name}.lua").read_text()
-    if name in _REPORTING:
+    if contract.reporting:
         text = (LUA_DIR / "outbox.lua").read_text() + text
-    return Script(client, text)
+    return Script(client, name, text, contract)
 
 
-def run_pipelined(client: RedisClient, calls: list[tuple[Script, list, list]]) -> list:
+def run_pipelined(client: RedisClient, calls: list[Call]) -> list:
     """Script calls in one non-transactional pipeline (per node in a cluster); each answer or its error.
 
     Scripts the server has lost (restart, failover) are loaded and only the calls they failed are sent
@@ -50,14 +253,14 @@ def run_pipelined(client: RedisClient, calls: list[tuple[Script, list, list]]) -
     replies = _send(client, calls)
     lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if lost:
-        for script in {calls[i][0] for i in lost}:
+        for script in {calls[i].script for i in lost}:
             script.sha = client.script_load(script.script)
-        for i, reply in zip(lost, _send(client, [calls[i] for i in lost])):
+        for i, reply in zip(lost, _send(client, [calls[i] for i in lost]), strict=True):
             replies[i] = reply
     return replies
 
 
-def _send(client: RedisClient, calls: list[tuple[Script, list, list]]) -> list:
+def _send(client: RedisClient, calls: list[Call]) -> list:
     if not calls:
         return []
     pipe = client.pipeline(transaction=False)

@@ -1,44 +1,14 @@
-"""The shop's health as the queue sees it, and an admission rate that follows it.
+"""The shop's health as the queue sees it, and the rules the admission rate follows it by (originSlo).
 
-The purchase gate notes every forwarded purchase: when it was sent, how long the shop took, and whether it
-failed (a 5xx, or no answer). Each tick the pump sets, for a target with an `originSlo`, how many users it
-admits per tick (lua/adjust_rate.lua, before admit.lua in the same round trip), AIMD-fashion from the purchases
-the shop answered in the last few seconds:
-- a sale opens at `opening` of the configured rate: the shop's capacity is unknown until it shows it, and
-  purchases come back to say so only after users admitted at too high a rate have filled its backlog;
-- past `headroom` of the objective (p95 latency or error share), a cut to a share of what the shop completed (its
-  throughput while it was behind: since the first purchase that waited past the headroom was sent, over at least
-  `reach_ms` (before that it did all it was sent, which says nothing of what it can do), or over the window if
-  that says more (a stall of a second says nothing of its pace either)): the share that drains the backlog's
-  excess delay over the headroom within `drain_ms`, between FollowRules' bounds. A shop's p95 stays flat until it
-  nears its capacity and then climbs for as long as a change takes to reach it, so the headroom is the leading
-  edge: cutting at the objective is too late;
-- the throughput at a cut is the shop's capacity as last seen, and the rate then grows as TCP CUBIC's window
-  does around it: healthy again (under the headroom), at once back to the plateau (`gentlest` of that
-  capacity), then by a `probe` per judgement up to it. Past it a backlog grows at the excess for as long as the
-  rate stays there, and shows in the p95 only once it is there: so the rate holds at the capacity until `hold_ms`
-  after the last cut (sooner if the p95 stays under half the headroom: a shop that far from its capacity was seen
-  in a dip), then grows by a probe per `reach_ms` + `window_ms` (each judged on a whole window sent at the one
-  before) until `band` past it, and beyond (or before any capacity was seen) by `increase` times the share of the
-  headroom the p95 leaves free (at least the probe): the p95 climbs as the shop nears its capacity, so the steps
-  shrink before the rate reaches it. At or under the plateau and within the objective, a p95 past the headroom
-  holds the rate (there it is the shop's own pace, not a backlog);
-- after any change, nothing changes again until enough purchases sent after it reached the shop (users admitted
-  after it buy at their next poll) come back; what is judged then is every purchase answered within the window
-  that was sent after the last cut reached the shop. Earlier ones describe a backlog already cut for, and must
-  not cut the rate twice; slow ones sent before an increase show a shop already behind, and judging only those
-  sent after it would judge the first to come back: its fastest.
-The configured rate stays the ceiling, and the rate never falls to nothing, so there is always a purchase to
-judge recovery by.
-
-A shop that answers `X-Queue-Sold-Out: true` marks its target sold out (see target_config.py). The gate's
-side, noting each purchase, is shop_watch.py.
+The purchase gate notes every forwarded purchase (shop_watch.py); each tick, lua/adjust_rate.lua sets the users per
+tick a target with an originSlo admits from them. The controller, state by state, with every rule below:
+docs/origin-slo.md.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 from chalicelib.polling import NEAR_FRONT_MS
 
@@ -49,7 +19,7 @@ PURCHASES_TTL_MS = 600_000
 
 @dataclass(frozen=True)
 class FollowRules:
-    """How the pump follows a shop's health (the ARGV of adjust_rate.lua after the defaults and TTL, in order)."""
+    """How the pump follows a shop's health: adjust_rate.lua's ARGV of the same names (chalicelib/scripts.py)."""
 
     window_ms: int = 3000  # purchases the shop answered this recently are judged
     fewest: int = 20  # a p95 of fewer purchases says little: a change waits for this many sent after it
@@ -71,9 +41,6 @@ class FollowRules:
     # a sale of a few minutes each probe past it costs a window near the objective.
     hold_ms: int = 60_000
 
-    def to_redis(self) -> tuple:
-        return astuple(self)
-
 
 @dataclass(frozen=True)
 class Purchase:
@@ -82,9 +49,6 @@ class Purchase:
     sent_ms: int
     latency_ms: int
     ok: bool  # False: a 5xx or no answer
-
-    def to_redis(self) -> tuple[int, int, int]:
-        return self.sent_ms, self.latency_ms, int(self.ok)
 
     @classmethod
     def parse(cls, text: str) -> Purchase | None:

@@ -11,7 +11,8 @@ import functools
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 import pybreaker
 import redis
@@ -24,7 +25,7 @@ from chalicelib.flags import QUEUED, Decision
 from chalicelib.observability import logger
 from chalicelib.queue_keys import QueueKeys
 from chalicelib.redis_connection import REDIS_FAILURES, Breaker, RedisClient, StoreFull, StoreUnavailable
-from chalicelib.scripts import load_script, run_pipelined
+from chalicelib.scripts import Script, load_script, run_pipelined
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target, parse_target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket
@@ -78,9 +79,9 @@ class QueueStore:
     ) -> None:
         self.client = client
         self.prefix = prefix
-        # The ARGV every reporting script ends its own with: most unpublished events kept per target (0: no events,
-        # as where nothing publishes them), and the outbox's TTL.
-        self.outbox = (outbox_cap, OUTBOX_TTL_MS)
+        # The outbox's ARGV of every reporting script: most unpublished events kept per target (0: no events, as
+        # where nothing publishes them), and the outbox's TTL.
+        self.outbox = {"outbox_cap": outbox_cap, "outbox_ttl_ms": OUTBOX_TTL_MS}
         # After a few failures in a row, client calls skip Redis for a cool-down instead of each paying the timeout.
         self.breaker = breaker or Breaker(fail_max=3, reset_timeout=5)
         self.targets_key = f"{prefix}:targets"
@@ -119,37 +120,36 @@ class QueueStore:
         """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
         `grant` becomes their entry token's only if this call admits them."""
         k = self.keys(target)
-        reply = self._guarded(
-            self._enter,
-            [
-                k.waiting,
-                k.heartbeat,
-                k.seq,
-                k.mark,
-                k.token(user_id),
-                k.registered,
-                k.stats,
-                k.config,
-                k.prequeue,
-                k.draw,
-                k.active,
-            ],
-            [
-                user_id,
-                now_ms,
-                defaults.max_waiting,
-                defaults.idle_ttl_ms,
-                grant.text,
-                grant.expires_at * 1000 - now_ms,
-                grant.expires_at * 1000,
-                REGISTRATION_REFRESH_MS,
-                defaults.batch,
-                defaults.tick_ms,
-                int(defaults.open_on_first_use),
-                *_switch_args(decision),
-            ],
+        reply = self._enter.read(
+            self._call(
+                self._enter,
+                waiting=k.waiting,
+                heartbeat=k.heartbeat,
+                seq=k.seq,
+                mark=k.mark,
+                token=k.token(user_id),
+                registered=k.registered,
+                stats=k.stats,
+                config=k.config,
+                prequeue=k.prequeue,
+                draw=k.draw,
+                active=k.active,
+                user_id=user_id,
+                now_ms=now_ms,
+                default_max_waiting=defaults.max_waiting,
+                idle_ttl_ms=defaults.idle_ttl_ms,
+                grant=grant.text,
+                grant_ttl_ms=grant.expires_at * 1000 - now_ms,
+                grant_expires_ms=grant.expires_at * 1000,
+                registration_refresh_ms=REGISTRATION_REFRESH_MS,
+                default_batch=defaults.batch,
+                default_tick_ms=defaults.tick_ms,
+                open_on_first_use=int(defaults.open_on_first_use),
+                **_switch_args(decision),
+            )
         )
-        if reply[0] in ("WAITING", "PRE_QUEUE") and reply[-1]:
+        # Only a new place in line asks for it (status.lua's answers have no `register`).
+        if getattr(reply, "register", 0):
             self._register(target, defaults.idle_ttl_ms)
         return place_of(reply)
 
@@ -171,34 +171,32 @@ class QueueStore:
         k = self.keys(target)
         wait_ms = max(0, now_ms - ticket.entered_at_ms)
         return place_of(
-            self._guarded(
-                self._status,
-                [
-                    k.waiting,
-                    k.heartbeat,
-                    k.mark,
-                    k.token(user_id),
-                    k.stats,
-                    k.waits,
-                    k.config,
-                    k.prequeue,
-                    k.active,
-                    k.draw,
-                ],
-                [
-                    user_id,
-                    now_ms,
-                    grant.text,
-                    grant.expires_at * 1000 - now_ms,
-                    grant.expires_at * 1000,
-                    wait_ms,
-                    waits.bucket_of(wait_ms / 1000),
-                    defaults.batch,
-                    defaults.tick_ms,
-                    ticket.seq,
-                    defaults.idle_ttl_ms,
-                    *_switch_args(decision),
-                ],
+            self._status.read(
+                self._call(
+                    self._status,
+                    waiting=k.waiting,
+                    heartbeat=k.heartbeat,
+                    mark=k.mark,
+                    token=k.token(user_id),
+                    stats=k.stats,
+                    waits=k.waits,
+                    config=k.config,
+                    prequeue=k.prequeue,
+                    active=k.active,
+                    draw=k.draw,
+                    user_id=user_id,
+                    now_ms=now_ms,
+                    grant=grant.text,
+                    grant_ttl_ms=grant.expires_at * 1000 - now_ms,
+                    grant_expires_ms=grant.expires_at * 1000,
+                    wait_ms=wait_ms,
+                    wait_bucket=waits.bucket_of(wait_ms / 1000),
+                    default_batch=defaults.batch,
+                    default_tick_ms=defaults.tick_ms,
+                    ticket_entry=ticket.seq,
+                    idle_ttl_ms=defaults.idle_ttl_ms,
+                    **_switch_args(decision),
+                )
             )
         )
 
@@ -207,10 +205,23 @@ class QueueStore:
         entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
         their current entry."""
         k = self.keys(target)
-        left = self._guarded(
+        left = self._call(
             self._leave,
-            [k.waiting, k.heartbeat, k.token(user_id), k.stats, k.prequeue, k.active, k.revoked, k.draw, k.events],
-            [user_id, entry, now_ms, CLOCK_SKEW_MARGIN_MS, idle_ttl_ms, *self.outbox],
+            waiting=k.waiting,
+            heartbeat=k.heartbeat,
+            token=k.token(user_id),
+            stats=k.stats,
+            prequeue=k.prequeue,
+            active=k.active,
+            revoked=k.revoked,
+            draw=k.draw,
+            events=k.events,
+            user_id=user_id,
+            ticket_entry=entry,
+            now_ms=now_ms,
+            clock_skew_margin_ms=CLOCK_SKEW_MARGIN_MS,
+            idle_ttl_ms=idle_ttl_ms,
+            **self.outbox,
         )
         return OtherEntry() if left == -1 else left == 1
 
@@ -219,10 +230,17 @@ class QueueStore:
         Its target must be known (an operator opened it), unless targets `open_on_first_use`."""
         k = self.keys(token.target)
         ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
-        return self._guarded(
+        return self._call(
             self._consume,
-            [k.consumed(token.token_id), k.active, k.revoked, k.config],
-            [consumption_id, ttl_ms, token.user_id, token.token_id, int(open_on_first_use)],
+            consumed=k.consumed(token.token_id),
+            active=k.active,
+            revoked=k.revoked,
+            config=k.config,
+            consumption_id=consumption_id,
+            marker_ttl_ms=ttl_ms,
+            user_id=token.user_id,
+            token_id=token.token_id,
+            open_on_first_use=int(open_on_first_use),
         )
 
     def restore(self, token: EntryToken, consumption_id: str) -> bool:
@@ -238,10 +256,18 @@ class QueueStore:
     def _settle(self, token: EntryToken, consumption_id: str, outcome: str) -> bool:
         k = self.keys(token.target)
         return bool(
-            self._guarded(
+            self._call(
                 self._restore,
-                [k.consumed(token.token_id), k.active, k.events, k.stats],
-                [consumption_id, token.user_id, token.expires_at * 1000, outcome, token.token_id, *self.outbox],
+                consumed=k.consumed(token.token_id),
+                active=k.active,
+                events=k.events,
+                stats=k.stats,
+                consumption_id=consumption_id,
+                user_id=token.user_id,
+                token_expires_ms=token.expires_at * 1000,
+                outcome=outcome,
+                token_id=token.token_id,
+                **self.outbox,
             )
         )
 
@@ -262,30 +288,41 @@ class QueueStore:
     def stats(self, target: Target, now_ms: int) -> QueueFigures:
         """The target's counters, in one round trip."""
         k = self.keys(target)
-        waiting, pre_queued, active, fields, histogram, config, draw, health, purchases = self._guarded(
-            self._stats,
-            [k.waiting, k.mark, k.stats, k.waits, k.prequeue, k.active, k.config, k.draw, k.health, k.purchases],
-            [now_ms],
+        reply = self._stats.read(
+            self._call(
+                self._stats,
+                waiting=k.waiting,
+                mark=k.mark,
+                stats=k.stats,
+                waits=k.waits,
+                prequeue=k.prequeue,
+                active=k.active,
+                config=k.config,
+                draw=k.draw,
+                health=k.health,
+                purchases=k.purchases,
+                now_ms=now_ms,
+            )
         )
-        fields, config, health = _pairs(fields), _pairs(config), _pairs(health)
+        fields, config, health = _pairs(reply.stats), _pairs(reply.config), _pairs(reply.health)
         counters = {name: int(value) for name, value in fields.items() if name != "rate"}
         return QueueFigures(
-            waiting=waiting,
-            pre_queued=pre_queued,
-            active=active,
+            waiting=reply.waiting,
+            pre_queued=reply.pre_queued,
+            active=reply.active,
             admitted=counters.get("admitted", 0),
             left=counters.get("left", 0),
             evicted=counters.get("evicted", 0),
             wait_ms=counters.get("wait_ms", 0),
-            wait_histogram={int(b): int(n) for b, n in _pairs(histogram).items()},
+            wait_histogram={int(b): int(n) for b, n in _pairs(reply.waits).items()},
             measured_rate=float(fields["rate"]) if "rate" in fields else None,
             config=TargetConfig.from_redis(config),
-            draw=_pairs(draw),
+            draw=_pairs(reply.draw),
             known=KNOWN_SINCE in config,
             sold_out_released=counters.get("sold_out_released", 0),
             orders=counters.get("orders", 0),
             allowed_batch=float(health["batch"]) if "batch" in health else None,
-            purchases=[p for p in map(shop_health.Purchase.parse, purchases) if p is not None],
+            purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
         )
 
     def config(self, target: Target) -> TargetConfig | None:
@@ -298,13 +335,15 @@ class QueueStore:
         unknown target, marked with the stored flag's version if it has none. Registers it with the pump, whose
         publisher sends the events this reports."""
         k = self.keys(target)
-        pairs = [item for field_value in config.to_redis().items() for item in field_value]
-        self._guarded(self._configure, [k.config, k.events, k.stats], [now_ms, *self.outbox, *pairs])
+        settings = [item for field_value in config.to_redis().items() for item in field_value]
+        self._call(
+            self._configure, settings, config=k.config, events=k.events, stats=k.stats, now_ms=now_ms, **self.outbox
+        )
         stored = self.flag()
         if stored is not None:
             # Opened after a flip, the target follows it at once (flag_sync marks the targets it finds).
             self._guarded(self.client.hsetnx, k.config, "flag_version", stored[0])
-        if self.outbox[0]:
+        if self.outbox["outbox_cap"]:
             self._register(target, OUTBOX_TTL_MS)
 
     def observe_purchase(
@@ -320,25 +359,31 @@ class QueueStore:
         as an event when it used entry `token`; the shop's word that stock ran out marks the target sold out.
         0: unknown target (nothing written), 1: noted, 2: noted, and now sold out."""
         k = self.keys(target)
-        noted, register = self._guarded(
-            self._observe_purchase,
-            [k.config, k.purchases, k.stats, k.events, k.registered],
-            [
-                *purchase.to_redis(),
-                int(accepted),
-                int(sold_out),
-                shop_health.MAX_PURCHASES,
-                shop_health.PURCHASES_TTL_MS,
-                token.token_id if token else "",
-                token.user_id if token else "",
-                status,
-                *self.outbox,
-                REGISTRATION_REFRESH_MS,
-            ],
+        noted = self._observe_purchase.read(
+            self._call(
+                self._observe_purchase,
+                config=k.config,
+                purchases=k.purchases,
+                stats=k.stats,
+                events=k.events,
+                registered=k.registered,
+                sent_ms=purchase.sent_ms,
+                latency_ms=purchase.latency_ms,
+                ok=int(purchase.ok),
+                accepted=int(accepted),
+                sold_out=int(sold_out),
+                max_purchases=shop_health.MAX_PURCHASES,
+                purchases_ttl_ms=shop_health.PURCHASES_TTL_MS,
+                token_id=token.token_id if token else "",
+                user_id=token.user_id if token else "",
+                status=status,
+                registration_refresh_ms=REGISTRATION_REFRESH_MS,
+                **self.outbox,
+            )
         )
-        if register:
+        if noted.register:
             self._register(target, OUTBOX_TTL_MS)
-        return int(noted)
+        return int(noted.noted)
 
     def flag(self) -> tuple[str, dict] | None:
         """The flag configuration flag_sync stored last, with its version (None: none stored)."""
@@ -362,25 +407,41 @@ class QueueStore:
     def begin_draw(self, target: Target, fresh_seed: str) -> tuple[str, bool]:
         """The seed of the target's opening draw (`fresh_seed` unless one was begun already), and whether it is done."""
         k = self.keys(target)
-        seed, done = self._draw_begin([k.draw, k.config, k.prequeue], [fresh_seed])
-        return seed, done == 1
+        begun = self._draw_begin.read(
+            self._draw_begin(draw=k.draw, config=k.config, prequeue=k.prequeue, fresh_seed=fresh_seed)
+        )
+        return begun.seed, begun.done == 1
 
     def pre_queue(self, target: Target) -> list[tuple[str, int]]:
         """Everyone waiting for the opening, as (user id, arrival number)."""
-        return [
-            (user, int(number))
-            for user, number in self.client.zrange(self.keys(target).prequeue, 0, -1, withscores=True)
-        ]
+        entrants = cast(
+            "list[tuple[str, float]]", self.client.zrange(self.keys(target).prequeue, 0, -1, withscores=True)
+        )
+        return [(user, int(number)) for user, number in entrants]
 
     def place_drawn(self, target: Target, placements: Sequence[tuple[str, int]], now_ms: int) -> None:
         """Put drawn users in line at their dealt seqs (users who left the pre-queue meanwhile stay out)."""
         k = self.keys(target)
-        self._draw_place([k.waiting, k.heartbeat, k.prequeue], [now_ms, *[x for pair in placements for x in pair]])
+        self._draw_place(
+            [x for pair in placements for x in pair],
+            waiting=k.waiting,
+            heartbeat=k.heartbeat,
+            prequeue=k.prequeue,
+            now_ms=now_ms,
+        )
 
     def finish_draw(self, target: Target, placed: int, now_ms: int) -> None:
         """Record the draw as done, which lets the pump admit again."""
         k = self.keys(target)
-        self._draw_finish([k.draw, k.prequeue, k.events, k.stats], [placed, now_ms, *self.outbox])
+        self._draw_finish(
+            draw=k.draw,
+            prequeue=k.prequeue,
+            events=k.events,
+            stats=k.stats,
+            placed=placed,
+            now_ms=now_ms,
+            **self.outbox,
+        )
 
     def pending_events(self, targets: Sequence[Target], count: int) -> dict[Target, tuple[list, int]]:
         """Each target's oldest `count` unpublished events, as (entry id, {field: value}), and how many events its
@@ -407,7 +468,11 @@ class QueueStore:
                 pipe.pexpire(self.keys(target).stats, OUTBOX_TTL_MS, nx=True)
         pipe.execute()
 
-    def _guarded(self, call, *args):
+    def _call(self, script: Script, rest: Sequence = (), /, **named: object) -> Any:
+        """One client-facing script call, its keys and arguments by name (scripts.py), through the breaker."""
+        return self._guarded(script.run, script.bind(rest, **named))
+
+    def _guarded(self, call: Callable[..., Any], *args: object) -> Any:
         """One client-facing Redis call through the circuit breaker; any Redis failure is StoreUnavailable."""
         try:
             return self.breaker.call(call, *args)
@@ -464,94 +529,96 @@ class QueueStore:
         for target in targets:
             k = self.keys(target)
             calls.append(
-                (
-                    self._evict,
-                    [k.waiting, k.heartbeat, k.registered, k.stats, k.prequeue, k.events],
-                    [rules.heartbeat_timeout_ms, rules.max_evict, *self.outbox],
+                self._evict.bind(
+                    waiting=k.waiting,
+                    heartbeat=k.heartbeat,
+                    registered=k.registered,
+                    stats=k.stats,
+                    prequeue=k.prequeue,
+                    events=k.events,
+                    heartbeat_timeout_ms=rules.heartbeat_timeout_ms,
+                    max_evict=rules.max_evict,
+                    **self.outbox,
                 )
             )
             # Before admitting: this tick admits at the rate the shop's health allows (a no-op without originSlo).
             calls.append(
-                (
-                    self._adjust_rate,
-                    [k.config, k.health, k.purchases],
-                    [rules.tick_ms, rules.batch, rules.idle_ttl_ms, *rules.following.to_redis()],
+                self._adjust_rate.bind(
+                    config=k.config,
+                    health=k.health,
+                    purchases=k.purchases,
+                    default_tick_ms=rules.tick_ms,
+                    default_batch=rules.batch,
+                    health_ttl_ms=rules.idle_ttl_ms,
+                    **asdict(rules.following),
                 )
             )
             calls.append(
-                (
-                    self._admit,
-                    [
-                        k.waiting,
-                        k.heartbeat,
-                        k.seq,
-                        k.mark,
-                        k.tick,
-                        k.stats,
-                        k.waits,
-                        k.admissions,
-                        k.config,
-                        k.prequeue,
-                        k.draw,
-                        k.active,
-                        k.health,
-                        k.events,
-                    ],
-                    [rules.tick_ms, rules.batch, rules.catchup_ticks, rules.idle_ttl_ms, *self.outbox],
+                self._admit.bind(
+                    waiting=k.waiting,
+                    heartbeat=k.heartbeat,
+                    seq=k.seq,
+                    mark=k.mark,
+                    tick=k.tick,
+                    stats=k.stats,
+                    waits=k.waits,
+                    admissions=k.admissions,
+                    config=k.config,
+                    prequeue=k.prequeue,
+                    draw=k.draw,
+                    active=k.active,
+                    health=k.health,
+                    events=k.events,
+                    default_tick_ms=rules.tick_ms,
+                    default_batch=rules.batch,
+                    catchup_ticks=rules.catchup_ticks,
+                    idle_ttl_ms=rules.idle_ttl_ms,
+                    **self.outbox,
                 )
             )
         replies = run_pipelined(self.client, calls)
         results: dict[Target, TargetTick | Exception] = {}
-        for target, evicted, adjusted, admitted in zip(targets, replies[0::3], replies[1::3], replies[2::3]):
+        for target, evicted, adjusted, admitted in zip(
+            targets, replies[0::3], replies[1::3], replies[2::3], strict=True
+        ):
             error = next((r for r in (evicted, adjusted, admitted) if isinstance(r, Exception)), None)
             if error is not None:
                 results[target] = error
                 continue
-            (
-                tick,
-                count,
-                mark,
-                waiting,
-                server_ms,
-                needs_draw,
-                tick_ms,
-                batch,
-                max_waiting,
-                max_active,
-                paused,
-                sold_out,
-                per_tick,
-            ) = admitted
+            evict, tick = self._evict.read(evicted), self._admit.read(admitted)
             results[target] = TargetTick(
-                applied_tick=tick or None,
-                admitted=count,
-                mark=mark,
-                waiting=waiting,
-                evicted=evicted[0],
-                idle=evicted[1] == 1,
-                server_ms=server_ms,
-                needs_draw=needs_draw == 1,
-                tick_ms=tick_ms,
-                batch=batch,
-                max_waiting=max_waiting or None,
-                max_active=max_active or None,
-                paused=paused == 1,
-                sold_out=sold_out == 1,
-                per_tick=float(per_tick),
+                applied_tick=tick.applied_tick or None,
+                admitted=tick.admitted,
+                mark=tick.mark,
+                waiting=tick.waiting,
+                evicted=evict.evicted,
+                idle=evict.idle == 1,
+                server_ms=tick.server_ms,
+                needs_draw=tick.needs_draw == 1,
+                tick_ms=tick.tick_ms,
+                batch=tick.batch,
+                max_waiting=tick.max_waiting or None,
+                max_active=tick.max_active or None,
+                paused=tick.paused == 1,
+                sold_out=tick.sold_out == 1,
+                per_tick=float(tick.per_tick),
             )
         return results
 
     def forget_targets(self, nonces: Mapping[Target, int]) -> list[Target]:
         """Drop idle targets from the registry, each only if it was not registered again since `nonces` was read."""
-        calls = [(self._forget_target, [self.targets_key], [str(target), nonce]) for target, nonce in nonces.items()]
-        return [target for target, gone in zip(nonces, run_pipelined(self.client, calls)) if gone == 1]
+        calls = [
+            self._forget_target.bind(registry=self.targets_key, target=str(target), nonce=nonce)
+            for target, nonce in nonces.items()
+        ]
+        return [target for target, gone in zip(nonces, run_pipelined(self.client, calls), strict=True) if gone == 1]
 
 
-def _switch_args(decision: Decision) -> list:
-    """The scripts' last two arguments: the flag version the caller decided by, and its decision."""
-    return [decision.flag_version, 1 if decision.queued else 0]
+def _switch_args(decision: Decision) -> dict[str, object]:
+    """The switch's arguments of enter and status: the flag version the caller decided by, and its decision."""
+    return {"flag_version": decision.flag_version, "queued": 1 if decision.queued else 0}
 
 
 def _pairs(flat: list) -> dict[str, str]:
     """A Redis flat field/value reply (HGETALL in a script) as a dict."""
-    return dict(zip(flat[0::2], flat[1::2]))
+    return dict(zip(flat[0::2], flat[1::2], strict=True))

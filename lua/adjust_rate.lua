@@ -1,73 +1,62 @@
 -- adjust_rate.lua: once per tick, set how many users per tick a target with an originSlo admits, from its shop's
 -- recent purchases: a multiplicative decrease when they near the objective, an additive increase while they keep
 -- clear of it, and the configured batch as the ceiling.
--- A sale opens at a share of the batch (ARGV[13]): the shop's capacity is unknown until it shows it, and a line
--- admitted at a ceiling above it fills the shop's backlog before any purchase could come back to say so.
--- Every change is judged before the next: a change reaches the shop only with users admitted after it, who buy at
--- their next poll (ARGV[7]), so nothing changes until at least ARGV[5] purchases sent that long after the last
--- change came back (a p95 of fewer says little). What is judged: the purchases the shop answered within the last
--- window (ARGV[4]), or the latest ARGV[5] if fewer, sent after the last cut reached the shop. Those sent before
--- describe a backlog already cut for, and must not cut the rate twice; slow ones sent before an increase count,
--- as they show a shop already behind (judging only those sent after it would judge its fastest: the first to
--- come back).
--- The leading edge is the headroom (ARGV[11], a share of the objective): a shop's p95 stays flat until it nears
--- its capacity, then its backlog grows for as long as a change takes to reach it, so the rate is cut as the p95
--- passes the headroom, not the objective. A cut is a share of what the shop completed while it was behind (its
--- throughput, as one purchase per admitted user; never more than the rate before): E ms of p95 over the
--- headroom is about E ms of backlog, and admitting 1 - E/D of the throughput drains it within D ms (ARGV[12]).
--- The share stays between the deepest and gentlest factors (ARGV[8], ARGV[9]). That throughput is the larger of
--- what the shop completed since the first purchase that waited past the headroom was sent (over at least the
--- last `reach`: as a sale opens, before that it did all it was sent) and over the window (a stall of a second
--- must not pass for its pace). It is the shop's capacity as last seen, and the growth follows it, as TCP CUBIC's
--- window does: healthy again, the rate comes back at once to the gentlest share of it (the plateau), and grows by
--- a probe (ARGV[14]) up to it, no further. Past it a backlog grows at the excess for as long as the rate stays,
--- and the p95 shows it only once it is there, so the rate holds at the capacity until ARGV[16] after the last cut
--- (or while the p95 stays under half the headroom: a shop that far from its capacity was seen in a dip), and
--- then grows by a probe per reach and window (each judged on a whole window sent at the one before) up to a share
--- (ARGV[15]) past it; beyond, or with no capacity seen, by the step (ARGV[6]) times the share of the headroom
--- still free (a p95 half way to it: half the step), never less than the probe. At or under the plateau and
--- within the objective, a p95 over the headroom holds the rate: there it is the shop's own pace, not a backlog.
--- KEYS[1] config    hash: batch, tick_ms, slo_p95_ms, slo_error_rate (without an originSlo nothing is kept)
--- KEYS[2] health    hash: batch (users per tick allowed), tick (start (ms) of the tick last adjusted),
---                   changed_at (ms, the last change), cut_at (ms, the last cut), capacity (the shop's throughput
---                   per tick at the last cut); admit.lua reads `batch` and keeps `carry` here
--- KEYS[3] samples   list of 'sent at (ms):latency (ms):ok (1|0)', newest answer first (observe_purchase.lua)
--- ARGV[1] default tick length (ms)   ARGV[2] default batch   ARGV[3] TTL of the health hash (ms)
--- ARGV[4..16] how to follow (chalicelib/shop_health.py's FollowRules): window of answered purchases (ms), fewest
--- purchases to judge by, increase per change as a share of the batch, how long a change takes to reach the shop
--- (ms), deepest and gentlest decrease (shares of the throughput), floor as a share of the batch, share of the
--- objective over which the rate is cut, how soon a cut drains the backlog (ms), opening share of the batch,
--- increase near the capacity last seen as a share of the batch, how far past that capacity (a share of it), how
--- long after a cut the rate may pass that capacity (ms)
--- Returns {users per tick allowed (string), p95 latency (ms) or -1, error share (string) or '-1', purchases judged}
--- (an empty reply without an originSlo, and {} when this tick was already adjusted).
-local window, fewest, increase, reach = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local deepest, gentlest, floor, headroom = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local drain, opening, probe, band = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-local hold = tonumber(ARGV[16])
-local config = redis.call('HMGET', KEYS[1], 'batch', 'tick_ms', 'slo_p95_ms', 'slo_error_rate')
-if not config[3] and not config[4] then
-  redis.call('DEL', KEYS[2])
+-- How and why it follows the shop, state by state, with every argument: docs/origin-slo.md.
+-- KEYS[1] config     hash: batch, tick_ms, slo_p95_ms, slo_error_rate (without an originSlo nothing is kept)
+-- KEYS[2] health     hash: batch (users per tick allowed), tick (start (ms) of the tick last adjusted),
+--                    changed_at (ms, the last change), cut_at (ms, the last cut), capacity (the shop's throughput
+--                    per tick at the last cut); admit.lua reads `batch` and keeps `carry` here
+-- KEYS[3] purchases  list of 'sent at (ms):latency (ms):ok (1|0)', newest answer first (observe_purchase.lua)
+-- ARGV[1] default_tick_ms  default tick length (ms)
+-- ARGV[2] default_batch    default batch
+-- ARGV[3] health_ttl_ms    TTL of the health hash (ms)
+-- ARGV[4] window_ms        window of answered purchases (ms)
+-- ARGV[5] fewest           fewest purchases to judge by
+-- ARGV[6] increase         increase per change as a share of the batch
+-- ARGV[7] reach_ms         how long a change takes to reach the shop (ms)
+-- ARGV[8] deepest          deepest decrease (a share of the throughput)
+-- ARGV[9] gentlest         gentlest decrease (a share of the throughput)
+-- ARGV[10] floor           floor as a share of the batch
+-- ARGV[11] headroom        share of the objective over which the rate is cut
+-- ARGV[12] drain_ms        how soon a cut drains the backlog (ms)
+-- ARGV[13] opening         opening share of the batch
+-- ARGV[14] probe           increase near the capacity last seen as a share of the batch
+-- ARGV[15] band            how far past that capacity (a share of it)
+-- ARGV[16] hold_ms         how long after a cut the rate may pass that capacity (ms)
+-- Returns {allowed, p95_ms, error_share, judged}: users per tick allowed (string), p95 latency (ms) or -1, error
+-- share (string) or '-1', purchases judged.
+-- Or an empty list: without an originSlo, and when this tick was already adjusted.
+local config, health, purchases = unpack(KEYS)
+local default_tick_ms, default_batch, health_ttl_ms, window_ms, fewest, increase, reach_ms, deepest, gentlest, floor,
+  headroom, drain_ms, opening, probe, band, hold_ms = unpack(ARGV)
+-- The rules as numbers, under their own names where no unit sets the number apart.
+local window, reach, drain, hold = tonumber(window_ms), tonumber(reach_ms), tonumber(drain_ms), tonumber(hold_ms)
+fewest, increase, deepest, gentlest = tonumber(fewest), tonumber(increase), tonumber(deepest), tonumber(gentlest)
+floor, headroom, opening, probe, band = tonumber(floor), tonumber(headroom), tonumber(opening), tonumber(probe),
+  tonumber(band)
+local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'slo_p95_ms', 'slo_error_rate')
+if not config_values[3] and not config_values[4] then
+  redis.call('DEL', health)
   return {}
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local tick_ms = tonumber(config[2] or ARGV[1])
-local batch = tonumber(config[1] or ARGV[2])
+local tick_ms = tonumber(config_values[2] or default_tick_ms)
+local batch = tonumber(config_values[1] or default_batch)
 local tick = math.floor(now / tick_ms) * tick_ms
-local health = redis.call('HMGET', KEYS[2], 'batch', 'tick', 'changed_at', 'capacity', 'cut_at')
-if health[2] and tonumber(health[2]) >= tick then
+local health_values = redis.call('HMGET', health, 'batch', 'tick', 'changed_at', 'capacity', 'cut_at')
+if health_values[2] and tonumber(health_values[2]) >= tick then
   return {}
 end
-local allowed = math.min(batch, tonumber(health[1] or batch * opening))
+local allowed = math.min(batch, tonumber(health_values[1] or batch * opening))
 local before = allowed
-local changed_at = tonumber(health[3] or now)
-local capacity = tonumber(health[4] or '0')
-local cut_at = tonumber(health[5] or '0')
+local changed_at = tonumber(health_values[3] or now)
+local capacity = tonumber(health_values[4] or '0')
+local cut_at = tonumber(health_values[5] or '0')
 
-local slo_p95, slo_errors = tonumber(config[3]), tonumber(config[4])
+local slo_p95, slo_errors = tonumber(config_values[3]), tonumber(config_values[4])
 local latencies, errors, answered, since, behind_since, fresh = {}, 0, {}, now, nil, 0
-for _, sample in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+for _, sample in ipairs(redis.call('LRANGE', purchases, 0, -1)) do
   local sent, latency, ok = string.match(sample, '^(%d+):(%d+):(%d)$')
   sent, latency = tonumber(sent), tonumber(latency)
   if sent then
@@ -157,7 +146,7 @@ elseif now - changed_at >= reach + window then
   changed_at = now
 end
 -- In full: the plateau is compared with what is read back (tostring keeps 14 digits).
-redis.call('HSET', KEYS[2], 'batch', string.format('%.17g', allowed), 'tick', tick, 'changed_at', changed_at,
+redis.call('HSET', health, 'batch', string.format('%.17g', allowed), 'tick', tick, 'changed_at', changed_at,
   'capacity', string.format('%.17g', capacity), 'cut_at', cut_at)
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', health, health_ttl_ms)
 return {tostring(allowed), p95, tostring(error_share), n}

@@ -1,23 +1,28 @@
 -- configure.lua: replace a target's own configuration in one step, so no tick sees half of it. This is what
 -- opens a target: it exists (enter, status and purchases are served) once its config hash holds `known_since_ms`.
+-- The configuration carries no TTL: it is the operator's, kept until replaced. Its flag_version (the switch's
+-- mark, written by flag_sync) is not the operator's and stays.
 -- KEYS[1] config      hash: batch, tick_ms, max_waiting, max_active, opens_at_ms, closes_at_ms, paused, sold_out,
 --                     slo_p95_ms, slo_error_rate (all optional), known_since_ms (kept from the first opening)
 -- KEYS[2] events      the target's outbox stream (outbox.lua): TargetConfigChanged (with the new configuration),
 --                     and TargetPaused, TargetResumed, TargetSoldOut when those fields change
 -- KEYS[3] stats       the target's counters (the outbox's dropped count)
--- ARGV[1] now (ms)   ARGV[2] outbox cap (events)   ARGV[3] outbox TTL (ms)
--- ARGV[4..] field, value, field, value, ... (none: back to the global defaults)
--- The configuration carries no TTL: it is the operator's, kept until replaced. Its flag_version (the switch's
--- mark, written by flag_sync) is not the operator's and stays.
-local emit = outbox(KEYS[2], KEYS[3], ARGV[2], ARGV[3])
-local before = redis.call('HMGET', KEYS[1], 'known_since_ms', 'paused', 'sold_out', 'flag_version')
-local known_since = before[1] or ARGV[1]
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'known_since_ms', known_since, unpack(ARGV, 4))
+-- ARGV[1] now_ms         now (ms)
+-- ARGV[2] outbox_cap     outbox cap (events)
+-- ARGV[3] outbox_ttl_ms  outbox TTL (ms)
+-- ARGV[4..] settings    field, value, field, value, ... (none: back to the global defaults)
+-- Returns 1.
+local config, events, stats = unpack(KEYS)
+local now_ms, outbox_cap, outbox_ttl_ms = unpack(ARGV)
+local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
+local before = redis.call('HMGET', config, 'known_since_ms', 'paused', 'sold_out', 'flag_version')
+local known_since = before[1] or now_ms
+redis.call('DEL', config)
+redis.call('HSET', config, 'known_since_ms', known_since, unpack(ARGV, 4))
 if before[4] then
-  redis.call('HSET', KEYS[1], 'flag_version', before[4])
+  redis.call('HSET', config, 'flag_version', before[4])
 end
-local after = redis.call('HMGET', KEYS[1], 'paused', 'sold_out')
+local after = redis.call('HMGET', config, 'paused', 'sold_out')
 emit('TargetConfigChanged', unpack(ARGV, 4))
 if (before[2] == '1') ~= (after[1] == '1') then
   emit(after[1] == '1' and 'TargetPaused' or 'TargetResumed', 'by', 'operator')

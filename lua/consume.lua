@@ -4,24 +4,29 @@
 -- KEYS[2] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token (for maxActive)
 -- KEYS[3] revoked    zset: token id -> until when (ms) it stays refused; tokens given up by a leaving holder
 -- KEYS[4] config     hash: known_since_ms once an operator opened the target
--- ARGV[1] a fresh consumption id, so only this consumption can settle or restore the token
--- ARGV[2] the marker's TTL (ms)   ARGV[3] the token's user id   ARGV[4] the token id
--- ARGV[5] '1': targets open on first use (VQ_TARGETS_OPEN_ON_FIRST_USE), so none is unknown, else '0'
+-- ARGV[1] consumption_id     a fresh consumption id, so only this consumption can settle or restore the token
+-- ARGV[2] marker_ttl_ms      the marker's TTL (ms)
+-- ARGV[3] user_id            the token's user id
+-- ARGV[4] token_id           the token id
+-- ARGV[5] open_on_first_use  '1': targets open on first use (VQ_TARGETS_OPEN_ON_FIRST_USE), so none is unknown,
+--                            else '0'
 -- Returns 'FIRST' (this call consumed the token), 'RETRY' (it takes over a purchase of unknown outcome, to be
 -- forwarded again under the same Idempotency-Key), 'USED', 'REVOKED' or 'UNKNOWN_TARGET' (nothing was written:
 -- a token minted with the queue off or Redis down names whatever target the caller asked for).
-if ARGV[5] ~= '1' and redis.call('HEXISTS', KEYS[4], 'known_since_ms') == 0 then
+local consumed, active, revoked, config = unpack(KEYS)
+local consumption_id, marker_ttl_ms, user_id, token_id, open_on_first_use = unpack(ARGV)
+if open_on_first_use ~= '1' and redis.call('HEXISTS', config, 'known_since_ms') == 0 then
   return 'UNKNOWN_TARGET'
 end
-if redis.call('ZSCORE', KEYS[3], ARGV[4]) then
+if redis.call('ZSCORE', revoked, token_id) then
   return 'REVOKED'
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZREM', KEYS[2], ARGV[3])
+if redis.call('SET', consumed, consumption_id, 'NX', 'PX', marker_ttl_ms) then
+  redis.call('ZREM', active, user_id)
   return 'FIRST'
 end
-if redis.call('GET', KEYS[1]) == 'unknown' then
-  redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+if redis.call('GET', consumed) == 'unknown' then
+  redis.call('SET', consumed, consumption_id, 'KEEPTTL')
   return 'RETRY'
 end
 return 'USED'

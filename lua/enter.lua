@@ -13,109 +13,125 @@
 -- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
--- ARGV[1] user id   ARGV[2] now (ms)   ARGV[3] default max waiting   ARGV[4] idle TTL (ms)
--- ARGV[5] a fresh entry token's grant, stored (after the entry's number) only if this call admits the user
--- ARGV[6] its TTL (ms)   ARGV[7] its expiry (epoch ms)
--- ARGV[8] how long a registration is trusted before the next enter registers the target again (ms)
--- ARGV[9] default batch   ARGV[10] default tick length (ms)
--- ARGV[11] '1': a first enter opens a target no operator configured (VQ_TARGETS_OPEN_ON_FIRST_USE), else '0'
--- ARGV[12] the flag version the caller decided by ('*': whatever the target carries)   ARGV[13] its decision (1 queue, 0 not)
+-- ARGV[1] user_id                  user id
+-- ARGV[2] now_ms                   now (ms)
+-- ARGV[3] default_max_waiting      default max waiting
+-- ARGV[4] idle_ttl_ms              idle TTL (ms)
+-- ARGV[5] grant                    a fresh entry token's grant, stored (after the entry's number) only if this call
+--                                  admits the user
+-- ARGV[6] grant_ttl_ms             its TTL (ms)
+-- ARGV[7] grant_expires_ms         its expiry (epoch ms)
+-- ARGV[8] registration_refresh_ms  how long a registration is trusted before the next enter registers the target
+--                                  again (ms)
+-- ARGV[9] default_batch            default batch
+-- ARGV[10] default_tick_ms         default tick length (ms)
+-- ARGV[11] open_on_first_use       '1': a first enter opens a target no operator configured
+--                                  (VQ_TARGETS_OPEN_ON_FIRST_USE), else '0'
+-- ARGV[12] flag_version            the flag version the caller decided by ('*': whatever the target carries)
+-- ARGV[13] queued                  its decision (1 queue, 0 not)
 -- Returns one of:
---   {'ADMITTED', 'entry number grant', issued now (0|1)}
---   {'WAITING', seq, users ahead, admissions per second, paused (0|1), created (0|1), target needs registering (0|1)}
---   {'PRE_QUEUE', arrival seq, opens at (ms), created (0|1), target needs registering (0|1)}
---   {'FULL'}   {'CLOSED'}   {'SOLD_OUT'} (the user's place, if any, is released)
---   {'UNKNOWN_TARGET'} (nothing was written)   {'OFF'} (the queue is off for this user)
---   {'FLAG', the target's flag version} (nothing was written)
-local user = ARGV[1]
-local now = tonumber(ARGV[2])
-local config = redis.call('HMGET', KEYS[8], 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
+--   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
+--   {'WAITING', seq, ahead, rate, paused, created, register}  seq, users ahead, admissions per second, paused (0|1),
+--     created (0|1), target needs registering (0|1)
+--   {'PRE_QUEUE', arrival, opens_at_ms, created, register}  arrival seq, opens at (ms), created (0|1), target needs
+--     registering (0|1)
+--   {'FULL'}
+--   {'CLOSED'}
+--   {'SOLD_OUT'} (the user's place, if any, is released)
+--   {'UNKNOWN_TARGET'} (nothing was written)
+--   {'OFF'} (the queue is off for this user)
+--   {'FLAG', target_version}  the target's flag version (nothing was written)
+local waiting, heartbeat, seq, mark, token, registered, stats, config, prequeue, draw, active = unpack(KEYS)
+local user_id, now_ms, default_max_waiting, idle_ttl_ms, grant, grant_ttl_ms, grant_expires_ms,
+  registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, flag_version, queued = unpack(ARGV)
+local now = tonumber(now_ms)
+local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
   'known_since_ms', 'sold_out', 'paused', 'flag_version')
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
-if config[9] and ARGV[12] ~= '*' and config[9] ~= ARGV[12] then
-  return {'FLAG', config[9]}
+if config_values[9] and flag_version ~= '*' and config_values[9] ~= flag_version then
+  return {'FLAG', config_values[9]}
 end
 -- An unknown target is refused even with the queue off: a direct entry token for it would buy nothing.
-if not config[6] and ARGV[11] ~= '1' then
+if not config_values[6] and open_on_first_use ~= '1' then
   return {'UNKNOWN_TARGET'}
 end
-if ARGV[13] == '0' then
+if queued == '0' then
   return {'OFF'}
 end
-if not config[6] then
-  redis.call('HSET', KEYS[8], 'known_since_ms', now)
+if not config_values[6] then
+  redis.call('HSET', config, 'known_since_ms', now)
 end
-local held = redis.call('GET', KEYS[5])
+local held = redis.call('GET', token)
 if held then
   return {'ADMITTED', held, 0}
 end
 -- Sold out: tokens already issued stay valid (above), nobody else gets or keeps a place.
-if config[7] == '1' then
-  if math.max(redis.call('ZREM', KEYS[1], user), redis.call('ZREM', KEYS[9], user)) == 1 then
-    redis.call('HINCRBY', KEYS[7], 'sold_out_released', 1)
+if config_values[7] == '1' then
+  if math.max(redis.call('ZREM', waiting, user_id), redis.call('ZREM', prequeue, user_id)) == 1 then
+    redis.call('HINCRBY', stats, 'sold_out_released', 1)
   end
-  redis.call('ZREM', KEYS[2], user)
+  redis.call('ZREM', heartbeat, user_id)
   return {'SOLD_OUT'}
 end
 
 -- Numbers go back to Redis as the text they came in (ARGV, replies): a Lua number turned into text costs a printf.
-local mark_text = redis.call('GET', KEYS[4]) or '0'
-local mark = tonumber(mark_text)
-local seq = tonumber(redis.call('ZSCORE', KEYS[1], user))
-if seq and seq <= mark then
-  held = seq .. ' ' .. ARGV[5]
-  redis.call('SET', KEYS[5], held, 'PX', ARGV[6])
-  redis.call('ZREM', KEYS[1], user)
-  redis.call('ZREM', KEYS[2], user)
-  redis.call('ZADD', KEYS[11], ARGV[7], user)
-  redis.call('PEXPIRE', KEYS[11], ARGV[4], 'NX')
+local mark_text = redis.call('GET', mark) or '0'
+local mark_number = tonumber(mark_text)
+local seq_number = tonumber(redis.call('ZSCORE', waiting, user_id))
+if seq_number and seq_number <= mark_number then
+  held = seq_number .. ' ' .. grant
+  redis.call('SET', token, held, 'PX', grant_ttl_ms)
+  redis.call('ZREM', waiting, user_id)
+  redis.call('ZREM', heartbeat, user_id)
+  redis.call('ZADD', active, grant_expires_ms, user_id)
+  redis.call('PEXPIRE', active, idle_ttl_ms, 'NX')
   return {'ADMITTED', held, 1}
 end
 
-local arrival = tonumber(redis.call('ZSCORE', KEYS[9], user))
+local arrival = tonumber(redis.call('ZSCORE', prequeue, user_id))
 local created = 0
 local ahead
-if not seq and not arrival then
-  local closes_at = tonumber(config[5])
+if not seq_number and not arrival then
+  local closes_at = tonumber(config_values[5])
   if closes_at and now >= closes_at then
     return {'CLOSED'}
   end
   -- Only users not yet admitted take up capacity; a newcomer has every one of those in line ahead.
-  ahead = redis.call('ZCOUNT', KEYS[1], '(' .. mark_text, '+inf')
-  if ahead + redis.call('ZCARD', KEYS[9]) >= tonumber(config[3] or ARGV[3]) then
+  ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '+inf')
+  if ahead + redis.call('ZCARD', prequeue) >= tonumber(config_values[3] or default_max_waiting) then
     return {'FULL'}
   end
-  local number = redis.call('INCR', KEYS[3])
-  local opens_at = tonumber(config[4])
-  if opens_at and now < opens_at and redis.call('HGET', KEYS[10], 'opens_at_ms') ~= config[4] then
+  local number = redis.call('INCR', seq)
+  local opens_at = tonumber(config_values[4])
+  if opens_at and now < opens_at and redis.call('HGET', draw, 'opens_at_ms') ~= config_values[4] then
     arrival = number
-    redis.call('ZADD', KEYS[9], arrival, user)
+    redis.call('ZADD', prequeue, arrival, user_id)
   else
-    seq = number
-    redis.call('ZADD', KEYS[1], seq, user)
+    seq_number = number
+    redis.call('ZADD', waiting, seq_number, user_id)
   end
   created = 1
 end
-if seq then
-  redis.call('ZADD', KEYS[2], ARGV[2], user)
+if seq_number then
+  redis.call('ZADD', heartbeat, now_ms, user_id)
 end
 
--- Not sliding: should the registration itself be lost, an enter within ARGV[8] ms registers again.
+-- Not sliding: should the registration itself be lost, an enter within registration_refresh_ms registers again.
 local register = 0
-if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[8]) then
+if redis.call('SET', registered, '1', 'NX', 'PX', registration_refresh_ms) then
   register = 1
   -- Sliding TTL, refreshed by the pump every tick and here at each registration (so at least once a
   -- minute while people arrive, and on the very first entry): a queue nobody enters and no pump visits
   -- cleans itself up. Not on every entry: five PEXPIREs would be a third of a newcomer's cost.
-  for _, i in ipairs({1, 2, 3, 4, 9}) do
-    redis.call('PEXPIRE', KEYS[i], ARGV[4])
+  for _, key in ipairs({waiting, heartbeat, seq, mark, prequeue}) do
+    redis.call('PEXPIRE', key, idle_ttl_ms)
   end
 end
-if not seq then
-  return {'PRE_QUEUE', arrival, config[4], created, register}
+if not seq_number then
+  return {'PRE_QUEUE', arrival, config_values[4], created, register}
 end
-ahead = ahead or redis.call('ZCOUNT', KEYS[1], '(' .. mark_text, '(' .. seq)
-local rate = redis.call('HGET', KEYS[7], 'rate')
-  or tostring(tonumber(config[1] or ARGV[9]) * 1000 / tonumber(config[2] or ARGV[10]))
-return {'WAITING', seq, ahead, rate, config[8] == '1' and 1 or 0, created, register}
+ahead = ahead or redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_number)
+local rate = redis.call('HGET', stats, 'rate')
+  or tostring(tonumber(config_values[1] or default_batch) * 1000 / tonumber(config_values[2] or default_tick_ms))
+return {'WAITING', seq_number, ahead, rate, config_values[8] == '1' and 1 or 0, created, register}

@@ -8,26 +8,33 @@
 -- KEYS[4] stats       hash of counters: `evicted` counts evictions
 -- KEYS[5] prequeue    zset: users waiting for the opening (they have no heartbeat yet, and keep the target known)
 -- KEYS[6] events      the target's outbox stream (outbox.lua): UserEvicted; unpublished events keep the target known
--- ARGV[1] heartbeat timeout (ms)   ARGV[2] most users to evict   ARGV[3] outbox cap (events)   ARGV[4] outbox TTL (ms)
--- Returns {users evicted, idle (0|1)}
-local emit = outbox(KEYS[6], KEYS[4], ARGV[3], ARGV[4])
+-- ARGV[1] heartbeat_timeout_ms  heartbeat timeout (ms)
+-- ARGV[2] max_evict             most users to evict
+-- ARGV[3] outbox_cap            outbox cap (events)
+-- ARGV[4] outbox_ttl_ms         outbox TTL (ms)
+-- Returns {evicted, idle}: users evicted, and idle (0|1): nobody is left in line nor in the pre-queue, and no
+-- event is unpublished (the `registered` marker was dropped)
+local waiting, heartbeat, registered, stats, prequeue, events = unpack(KEYS)
+local heartbeat_timeout_ms, max_evict, outbox_cap, outbox_ttl_ms = unpack(ARGV)
+local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
+local stale = redis.call('ZRANGEBYSCORE', heartbeat, '-inf', now - tonumber(heartbeat_timeout_ms), 'LIMIT', 0,
+  max_evict)
 -- In chunks: Lua's stack bounds how many arguments one call may take.
 for i = 1, #stale, 1000 do
   local j = math.min(i + 999, #stale)
-  redis.call('ZREM', KEYS[1], unpack(stale, i, j))
-  redis.call('ZREM', KEYS[2], unpack(stale, i, j))
+  redis.call('ZREM', waiting, unpack(stale, i, j))
+  redis.call('ZREM', heartbeat, unpack(stale, i, j))
 end
 if #stale > 0 then
-  redis.call('HINCRBY', KEYS[4], 'evicted', #stale)
+  redis.call('HINCRBY', stats, 'evicted', #stale)
 end
 for _, user in ipairs(stale) do
   emit('UserEvicted', 'user', user)
 end
-if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[5]) == 0 and redis.call('XLEN', KEYS[6]) == 0 then
-  redis.call('DEL', KEYS[3])
+if redis.call('ZCARD', waiting) == 0 and redis.call('ZCARD', prequeue) == 0 and redis.call('XLEN', events) == 0 then
+  redis.call('DEL', registered)
   return {#stale, 1}
 end
 return {#stale, 0}

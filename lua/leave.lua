@@ -8,46 +8,52 @@
 -- KEYS[6] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- KEYS[7] revoked     zset: token id -> until when (ms) it stays refused (its expiry plus the clock-skew margin)
 -- KEYS[8] draw        hash: `last`, the highest arrival number the opening draw placed
--- ARGV[1] user id   ARGV[2] the entry number on the caller's ticket   ARGV[3] now (ms)   ARGV[4] clock-skew margin (ms)
 -- KEYS[9] events      the target's outbox stream (outbox.lua): UserLeft
--- ARGV[5] idle TTL (ms)   ARGV[6] outbox cap (events)   ARGV[7] outbox TTL (ms)
+-- ARGV[1] user_id               user id
+-- ARGV[2] ticket_entry          the entry number on the caller's ticket
+-- ARGV[3] now_ms                now (ms)
+-- ARGV[4] clock_skew_margin_ms  clock-skew margin (ms)
+-- ARGV[5] idle_ttl_ms           idle TTL (ms)
+-- ARGV[6] outbox_cap            outbox cap (events)
+-- ARGV[7] outbox_ttl_ms         outbox TTL (ms)
 -- Returns 1 if the user was in line, 0 if not, -1 if the ticket is of another (earlier) entry: nothing changes.
-local user = ARGV[1]
-local held = redis.call('GET', KEYS[3])
-local number = redis.call('ZSCORE', KEYS[1], user) or redis.call('ZSCORE', KEYS[5], user)
+local waiting, heartbeat, token, stats, prequeue, active, revoked, draw, events = unpack(KEYS)
+local user_id, ticket_entry, now_ms, clock_skew_margin_ms, idle_ttl_ms, outbox_cap, outbox_ttl_ms = unpack(ARGV)
+local held = redis.call('GET', token)
+local number = redis.call('ZSCORE', waiting, user_id) or redis.call('ZSCORE', prequeue, user_id)
   or (held and string.match(held, '^(%d+) '))
 if number then
   -- The opening draw deals the pre-queue's arrival numbers anew: within them, a ticket cannot tell its entry.
-  local ticket, current = tonumber(ARGV[2]), tonumber(number)
-  local last = tonumber(redis.call('HGET', KEYS[8], 'last') or '0')
+  local ticket, current = tonumber(ticket_entry), tonumber(number)
+  local last = tonumber(redis.call('HGET', draw, 'last') or '0')
   if ticket ~= current and (ticket > last or current > last) then
     return -1
   end
 end
 
-local emit = outbox(KEYS[9], KEYS[4], ARGV[6], ARGV[7])
-local removed = math.max(redis.call('ZREM', KEYS[1], user), redis.call('ZREM', KEYS[5], user))
+local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
+local removed = math.max(redis.call('ZREM', waiting, user_id), redis.call('ZREM', prequeue, user_id))
 if removed == 1 then
-  redis.call('HINCRBY', KEYS[4], 'left', 1)
-  redis.call('PEXPIRE', KEYS[4], ARGV[5], 'NX')
+  redis.call('HINCRBY', stats, 'left', 1)
+  redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
 end
-redis.call('ZREM', KEYS[2], user)
-local expiry = redis.call('ZSCORE', KEYS[6], user)
-local revoked
+redis.call('ZREM', heartbeat, user_id)
+local expiry = redis.call('ZSCORE', active, user_id)
+local revoked_id
 if held and expiry then
   -- Issued and unused: refused from now on, so leaving and entering again never holds two live tokens.
-  local until_ms = tonumber(expiry) + tonumber(ARGV[4])
-  revoked = string.match(held, '%.(%S+)$')
-  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', ARGV[3])
-  redis.call('ZADD', KEYS[7], until_ms, revoked)
-  redis.call('PEXPIREAT', KEYS[7], until_ms, 'NX')
-  redis.call('PEXPIREAT', KEYS[7], until_ms, 'GT')
+  local until_ms = tonumber(expiry) + tonumber(clock_skew_margin_ms)
+  revoked_id = string.match(held, '%.(%S+)$')
+  redis.call('ZREMRANGEBYSCORE', revoked, '-inf', now_ms)
+  redis.call('ZADD', revoked, until_ms, revoked_id)
+  redis.call('PEXPIREAT', revoked, until_ms, 'NX')
+  redis.call('PEXPIREAT', revoked, until_ms, 'GT')
 end
-redis.call('ZREM', KEYS[6], user)
-redis.call('DEL', KEYS[3])
-if revoked then
-  emit('UserLeft', 'user', user, 'token', revoked)
+redis.call('ZREM', active, user_id)
+redis.call('DEL', token)
+if revoked_id then
+  emit('UserLeft', 'user', user_id, 'token', revoked_id)
 elseif removed == 1 then
-  emit('UserLeft', 'user', user)
+  emit('UserLeft', 'user', user_id)
 end
 return removed

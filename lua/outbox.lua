@@ -1,4 +1,4 @@
--- outbox.lua: not a script of its own. chalicelib/store.py puts it before every script that reports a change of
+-- outbox.lua: not a script of its own. chalicelib/scripts.py puts it before every script that reports a change of
 -- state, so the event is written in the same call as the change (never one without the other) and costs no
 -- round trip. The publisher (chalicelib/events.py) sends each event to EventBridge and then deletes it.
 -- outbox(stream, stats, cap, ttl) gives emit(detail-type, field, value, ...), which appends one event:

@@ -11,18 +11,22 @@
 -- KEYS[8] draw        hash: the opening draw's record
 -- KEYS[9] health      hash: `batch`, users per tick the shop's health allows (adjust_rate.lua)
 -- KEYS[10] purchases  list of the latest forwarded purchases, 'sent at (ms):latency (ms):ok (1|0)', newest first
--- ARGV[1] now (ms)
--- Returns {waiting not yet admitted, pre-queued, active, {stats field, value, ...}, {bucket, count, ...},
---          {config field, value, ...}, {draw field, value, ...}, {health field, value, ...}, {purchase, ...}}
-local mark = redis.call('GET', KEYS[2]) or '0'
+-- ARGV[1] now_ms  now (ms)
+-- Returns {waiting, pre_queued, active, stats, waits, config, draw, health, purchases}: users waiting not yet
+-- admitted, pre-queued, active (admitted ones still collecting, and live unused tokens), then as lists: stats
+-- field, value, ...; wait bucket, count, ...; config field, value, ...; draw field, value, ...; health field,
+-- value, ...; and the purchases, newest first.
+local waiting, mark, stats, waits, prequeue, active, config, draw, health, purchases = unpack(KEYS)
+local now_ms = unpack(ARGV)
+local mark_text = redis.call('GET', mark) or '0'
 return {
-  redis.call('ZCOUNT', KEYS[1], '(' .. mark, '+inf'),
-  redis.call('ZCARD', KEYS[5]),
-  redis.call('ZCOUNT', KEYS[1], '-inf', mark) + redis.call('ZCOUNT', KEYS[6], '(' .. ARGV[1], '+inf'),
-  redis.call('HGETALL', KEYS[3]),
-  redis.call('HGETALL', KEYS[4]),
-  redis.call('HGETALL', KEYS[7]),
-  redis.call('HGETALL', KEYS[8]),
-  redis.call('HGETALL', KEYS[9]),
-  redis.call('LRANGE', KEYS[10], 0, -1),
+  redis.call('ZCOUNT', waiting, '(' .. mark_text, '+inf'),
+  redis.call('ZCARD', prequeue),
+  redis.call('ZCOUNT', waiting, '-inf', mark_text) + redis.call('ZCOUNT', active, '(' .. now_ms, '+inf'),
+  redis.call('HGETALL', stats),
+  redis.call('HGETALL', waits),
+  redis.call('HGETALL', config),
+  redis.call('HGETALL', draw),
+  redis.call('HGETALL', health),
+  redis.call('LRANGE', purchases, 0, -1),
 }
