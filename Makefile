@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run simulate test package clean
+.PHONY: run simulate test test-fast lint package clean
 
 # checkov pins its own boto3, older than the functions': it gets a virtualenv of its own (tests/test_stack_hygiene.py).
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-checkov.txt
@@ -34,6 +34,16 @@ CLUSTER_SUITE := tests/test_queue_engine.py tests/test_pump.py tests/test_purcha
 ifneq ($(PYTEST_ARGS),)
 NOTHING_SELECTED_OK := || [ $$? -eq 5 ]
 endif
+
+## The loop while changing code: the suite without the slow, fault and cluster tests (docs/testing.md).
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not slow and not faults and not cluster" $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
+
+## Static checks: ruff (lint and format) on all the Python, mypy on app.py and chalicelib/ (a typed package).
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 .PHONY: test-main test-reliability
 test-main: $(VENV)/.installed
