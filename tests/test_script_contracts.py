@@ -57,34 +57,48 @@ def top_level_items(text: str) -> int:
 
 def contract_problems(text: str, contract: Contract) -> list[str]:
     """Every way a script's text disagrees with its contract (empty: they agree)."""
-    head, problems = header(text), []
+    head = header(text)
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    return header_problems(head, contract) + binding_problems(body, contract) + reply_problems(head, body, contract)
 
-    order, keys = numbered(KEY_LINE.findall(head))
-    problems += [f"KEYS {p}" for p in order]
-    if keys != contract.keys:
-        problems.append(f"header KEYS {keys} != contract {contract.keys}")
-    order, args = numbered(ARG_LINE.findall(head))
-    problems += [f"ARGV {p}" for p in order]
-    if args != contract.args:
-        problems.append(f"header ARGV {args} != contract {contract.args}")
+
+def header_problems(head: str, contract: Contract) -> list[str]:
+    """The header's KEYS and ARGV lines against the contract's names and order."""
+    problems = []
+    for source, pattern, declared in (("KEYS", KEY_LINE, contract.keys), ("ARGV", ARG_LINE, contract.args)):
+        order, listed = numbered(pattern.findall(head))
+        problems += [f"{source} {p}" for p in order]
+        if listed != declared:
+            problems.append(f"header {source} {listed} != contract {declared}")
     rest = REST_LINE.findall(head)
     if [name for _, name in rest] != ([contract.rest] if contract.rest else []):
         problems.append(f"header's trailing ARGV list {rest} != contract {contract.rest}")
     elif rest and int(rest[0][0]) != len(contract.args) + 1:
         problems.append(f"the trailing list starts at ARGV[{rest[0][0]}], not right after the named ARGV")
+    return problems
 
+
+def binding_problems(body: str, contract: Contract) -> list[str]:
+    """The body binds every key and argument to its name once, and indexes neither by number."""
+    problems = []
     for source, declared in (("KEYS", contract.keys), ("ARGV", contract.args)):
-        bound = re.findall(BINDING.format(source), body, re.M)
-        if declared and [names(b) for b in bound] != [declared]:
-            problems.append(f"{source} bound as {[names(b) for b in bound]}, not once as {declared}")
+        bound = [names(b) for b in re.findall(BINDING.format(source), body, re.M)]
+        if declared and bound != [declared]:
+            problems.append(f"{source} bound as {bound}, not once as {declared}")
     if re.search(r"KEYS\[", body):
         problems.append("the body indexes KEYS instead of using the bound names")
     if re.search(r"ARGV\[\s*\d+\s*\]", body):
         problems.append("the body indexes ARGV by number instead of using the bound names")
     if contract.rest is None and re.search(r"ARGV\[", body):
         problems.append("the body reads ARGV past the named arguments, but the contract has no trailing list")
+    if contract.reporting and not re.search(r"outbox\(events, stats, outbox_cap, outbox_ttl_ms\)", body):
+        problems.append("a reporting script writes its events with outbox(events, stats, outbox_cap, outbox_ttl_ms)")
+    return problems
 
+
+def reply_problems(head: str, body: str, contract: Contract) -> list[str]:
+    """The header's Returns lines against the contract's reply, and each tagged return of the body."""
+    problems = []
     fixed = [names(r) for r in REPLY_LINE.findall(head)]
     if fixed != ([contract.reply] if contract.reply else []):
         problems.append(f"header's reply {fixed} != contract {contract.reply}")
@@ -96,9 +110,6 @@ def contract_problems(text: str, contract: Contract) -> list[str]:
             problems.append(f"the body returns {tag!r}, which the contract does not declare")
         elif top_level_items(fields) != len(contract.replies[tag]):
             problems.append(f"the body returns {tag!r} with {top_level_items(fields)} fields")
-
-    if contract.reporting and not re.search(r"outbox\(events, stats, outbox_cap, outbox_ttl_ms\)", body):
-        problems.append("a reporting script writes its events with outbox(events, stats, outbox_cap, outbox_ttl_ms)")
     return problems
 
 

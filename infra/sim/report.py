@@ -58,16 +58,75 @@ def percentile(values: list[float], share: float) -> float | None:
 def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s) -> dict:
     """The report: figures, series for the plot, the checks with their verdicts, the targets with theirs.
     `cpu_s`: CPU seconds spent while the crowd ran, by whom."""
-    batch, tick_ms = settings.batch_size, settings.tick_ms
+    duration = finished - started
+    seconds = int(duration) + 1
+    ticks = _ticks(pump, started, settings.catchup_ticks)
+    seen = [u for u in users if u.admitted_at is not None]
+    keepers = [u for u in users if u.gives_up_s is None]
+    load = _load(users, api, ticks, started, seconds, len(seen), sale_figures.sold_out_at(shop))
+    latency = _latency(api)
+    notice = _notice(seen, ticks)
+    admissions = _admissions(ticks, settings.batch_size)
+    shop_figures = _shop(shop, ticks, settings, started, seconds)
+    oversells = _oversells(shop, users, options.stock)
+    answered = sum(len(values) for values in api.latencies.values())
+    checks = {
+        "admissions per tick never above the batch": admissions["ticks_over_batch"] == 0,
+        "a full batch every tick while users waited": admissions["busy_ticks_short_of_their_rate"] == 0,
+        "shop never above the target rate": shop_figures["max_per_window"] <= shop_figures["allowed_per_window"],
+        "no oversells": oversells["units_over_stock"] == 0 and oversells["second_orders"] == 0,
+        "no entry token reached the shop twice": oversells["tokens_used_twice"] == 0,
+        "every user who kept polling was admitted, or told sold out": all(
+            u.admitted_at is not None or u.outcome in ("told sold out", "enter answered 409 SOLD_OUT") for u in keepers
+        ),
+        "the API never failed": not api.failures,
+    }
+    return {
+        "parameters": {
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(options).items()},
+            "target": str(TARGET),
+            "batch": settings.batch_size,
+            "tick_ms": settings.tick_ms,
+            "heartbeat_timeout_s": settings.heartbeat_timeout_s,
+        },
+        "duration_s": round(duration, 2),
+        "users": {
+            "total": len(users),
+            "kept_polling": len(keepers),
+            "admitted": len(seen),
+            "outcomes": dict(Counter(u.outcome for u in users)),
+            "queue_full_retries": sum(u.full_retries for u in users),
+            "reentries": sum(u.reentries for u in users),
+        },
+        "admissions": admissions,
+        "shop": shop_figures,
+        **notice,
+        "load": load,
+        "cost_usd": _costs(load, latency, duration),
+        "latency_ms": latency,
+        "api": _api(api, answered, duration),
+        "oversells": oversells,
+        "api_failures": dict(api.failures),
+        "machine": _machine(cpu_s, answered),
+        "sold_out": sale_figures.sold_out(users, shop, started),
+        "shop_load": sale_figures.shop_load(
+            shop, started, finished, ticks, options.shop_capacity, options.origin_slo_p95_ms
+        ),
+        "checks": checks,
+        "targets": _targets(load, notice["notice_s"]),
+        "ok": all(checks.values()),
+    }
 
-    # Admissions per tick, from the pump's own record. A tick after which users still waited had to admit
-    # a full batch for every tick it covered (a late pump makes up for missed ticks, up to the catch-up cap).
+
+def _ticks(pump, started: float, catchup_ticks: int) -> list[dict]:
+    """The target's applied ticks, from the pump's own record, each with how many ticks it covered (a late pump
+    makes up for missed ticks, up to the catch-up cap)."""
     ticks, previous = [], None
     for at, report in pump.ticks:
         result = target_tick(report)
         if result is None or result.applied_tick is None:
             continue
-        covered = 1 if previous is None else min(result.applied_tick - previous, settings.catchup_ticks)
+        covered = 1 if previous is None else min(result.applied_tick - previous, catchup_ticks)
         previous = result.applied_tick
         ticks.append(
             {
@@ -84,53 +143,107 @@ def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s)
                 "held": result.paused or result.sold_out,
             }
         )
-    busy = [t for t in ticks if t["waiting"] > 0]
-    over_batch = [t for t in ticks if t["admitted"] > batch * t["covered"]]
-    # What a tick owes: the batch, or less while the rate follows the shop (originSlo); nothing paused or sold out.
-    short_batch = [t for t in busy if t["admitted"] < math.floor(t["per_tick"] * t["covered"])]
+    return ticks
 
-    # Requests reaching the shop per SHOP_WINDOW_S window. Ticks start every tick_ms, so a window holds the
-    # admissions of SHOP_WINDOW_S / tick_ms ticks and can catch the edge of one more; and users admitted up
-    # to one near-front poll gap before it hear of it, and buy, within it: the allowance.
-    duration = finished - started
-    seconds = int(duration) + 1
-    rate = batch * 1000 / tick_ms
+
+def _admissions(ticks: list[dict], batch: int) -> dict:
+    """Admissions per tick. A tick after which users still waited had to admit what it owed for every tick it
+    covered: the batch, or less while the rate follows the shop (originSlo); nothing paused or sold out."""
+    busy = [t for t in ticks if t["waiting"] > 0]
+    return {
+        "target_per_tick": batch,
+        "ticks": len(ticks),
+        "ticks_with_users_waiting": len(busy),
+        "ticks_over_batch": sum(t["admitted"] > batch * t["covered"] for t in ticks),
+        "busy_ticks_short_of_their_rate": sum(t["admitted"] < math.floor(t["per_tick"] * t["covered"]) for t in busy),
+        "admitted_per_busy_tick": _spread([t["admitted"] / t["covered"] for t in busy]),
+        "catch_up_ticks": sum(t["covered"] > 1 for t in ticks),
+        "evicted": sum(t["evicted"] for t in ticks),
+        "series": ticks,
+    }
+
+
+def _shop(shop: dict, ticks: list[dict], settings, started: float, seconds: int) -> dict:
+    """Requests reaching the shop per SHOP_WINDOW_S window, against what the rate allows. Ticks start every
+    tick_ms, so a window holds the admissions of SHOP_WINDOW_S / tick_ms ticks and can catch the edge of one
+    more; and users admitted up to one near-front poll gap before it hear of it, and buy, within it."""
+    batch, tick_ms = settings.batch_size, settings.tick_ms
     allowed = batch * (math.ceil((SHOP_WINDOW_S * 1000 + polling.NEAR_FRONT_MS) / tick_ms) + 1)
-    shop_series = _per_second((r["at"] for r in shop["requests"]), started, seconds)
-    shop_windows = [sum(shop_series[s : s + SHOP_WINDOW_S]) for s in range(max(1, seconds - SHOP_WINDOW_S + 1))]
+    per_second = _per_second((r["at"] for r in shop["requests"]), started, seconds)
+    windows = [sum(per_second[s : s + SHOP_WINDOW_S]) for s in range(max(1, seconds - SHOP_WINDOW_S + 1))]
     admitted_per_second = [0] * seconds
     for t in ticks:
         admitted_per_second[min(seconds - 1, max(0, int(t["t"])))] += t["admitted"]
+    return {
+        "target_per_s": batch * 1000 / tick_ms,
+        "window_s": SHOP_WINDOW_S,
+        "allowed_per_window": allowed,
+        "max_per_window": max(windows, default=0),
+        "max_in_a_second": max(per_second, default=0),
+        "windows_over_allowed": sum(n > allowed for n in windows),
+        "requests": len(shop["requests"]),
+        "orders": len(shop["orders"]),
+        "refused": shop["refused"],
+        "per_second": per_second,
+        "admitted_per_second": admitted_per_second,
+    }
 
-    # When the pump let each user in: the first tick whose mark reached their seq (a user is admitted by seq).
+
+def _notice(seen: list, ticks: list[dict]) -> dict:
+    """How soon admitted users heard of it, and how far their first ETA was off: each from when the pump let
+    them in, the first tick whose mark reached their seq (a user is admitted by seq)."""
     marks, tick_times = [t["mark"] for t in ticks], [t["server_s"] for t in ticks]
 
-    def pump_admitted_at(user) -> float | None:
+    def admitted_at(user) -> float | None:
         i = bisect.bisect_left(marks, user.seq) if user.seq is not None else len(marks)
         return tick_times[i] if i < len(marks) else None
 
-    seen = [u for u in users if u.admitted_at is not None]
-    notice = [u.admitted_at - at for u in seen if (at := pump_admitted_at(u)) is not None]
-    # The same without this machine's backlog: from the admission to when the poll that told them was due.
-    notice_due = [
-        u.last_poll_due_at - at
-        for u in seen
-        if u.last_poll_due_at is not None and (at := pump_admitted_at(u)) is not None
-    ]
-    eta_errors = [
-        at - u.entered_at - u.eta_s for u in seen if u.eta_s is not None and (at := pump_admitted_at(u)) is not None
-    ]
+    told, due, eta_errors = [], [], []
+    for user in seen:
+        at = admitted_at(user)
+        if at is None:
+            continue
+        told.append(user.admitted_at - at)
+        if user.last_poll_due_at is not None:
+            # The same without this machine's backlog: until the poll that told them was due.
+            due.append(user.last_poll_due_at - at)
+        if user.eta_s is not None:
+            eta_errors.append(at - user.entered_at - user.eta_s)
+    return {
+        "notice_s": {
+            "meaning": "when the user saw ADMITTED minus when the pump's tick admitted them "
+            "(the poll gap near the front, plus the local API's latency and backlog)",
+            **_spread(told),
+            "poll_due": {
+                "meaning": "when the poll that told them was due, minus when "
+                "they were admitted (without this machine's backlog)",
+                **_spread(due),
+            },
+        },
+        "eta_error_s": {
+            "meaning": "when the pump admitted the user minus when etaSeconds (on entry) said",
+            **_spread(eta_errors),
+        },
+    }
+
+
+def _oversells(shop: dict, users: list, stock: int) -> dict:
+    """What the gate and the shop let through more than once: units past the stock, a second order of one
+    buyer, a token that reached the shop twice; and the double clicks that tried."""
     orders_per_item = Counter(order["item"] for order in shop["orders"])
     orders_per_buyer = Counter((order["item"], order["userId"]) for order in shop["orders"])
     requests_per_user = Counter(request["userId"] for request in shop["requests"])
-    oversold = sum(max(0, n - options.stock) for n in orders_per_item.values())
-    second_orders = sum(n - 1 for n in orders_per_buyer.values())
-    tokens_used_twice = sum(n - 1 for n in requests_per_user.values())
-    keepers = [u for u in users if u.gives_up_s is None]
-    outcomes = Counter(u.outcome for u in users)
+    return {
+        "units_over_stock": sum(max(0, n - stock) for n in orders_per_item.values()),
+        "second_orders": sum(n - 1 for n in orders_per_buyer.values()),
+        "tokens_used_twice": sum(n - 1 for n in requests_per_user.values()),
+        "double_clicks": sum(len(u.purchase_answers) > 1 for u in users),
+    }
 
-    load = _load(users, api, ticks, started, seconds, len(seen), sale_figures.sold_out_at(shop))
-    latency = {
+
+def _latency(api) -> dict:
+    """Each kind of API call's latency as the crowd saw it (ms)."""
+    return {
         kind: {
             "n": len(values),
             "p50": _round(percentile(values, 0.5), 1000),
@@ -139,120 +252,39 @@ def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s)
         for kind, values in api.latencies.items()
         if values
     }
-    cost = _costs(load, latency, duration)
-    notice_spread = _spread(notice)
-    paced, fixed = load["paced"], load["fixed_2.5s_poll"]
-    per_user_share = (
-        paced["requests_per_admitted_user"] / fixed["requests_per_admitted_user"]
-        if fixed["requests_per_admitted_user"]
-        else None
-    )
-    measured = {
-        "requests per admitted user, share of the fixed poll's": per_user_share,
-        "peak requests/s per waiting user": paced["peak_per_1000_waiting"] and paced["peak_per_1000_waiting"] / 1000,
-        "admission-to-notice p95 s": notice_spread["p95"],
+
+
+def _api(api, answered: int, duration: float) -> dict:
+    return {
+        "requests": answered,
+        "per_s": round(answered / duration, 1),
+        "backlog_s": {
+            "meaning": "how long requests waited after they were due until this machine sent "
+            "them (the load figures count them when due)",
+            **_spread([wait for waits in api.backlog.values() for wait in waits]),
+            "by_kind": {kind: _spread(waits) for kind, waits in api.backlog.items() if waits},
+        },
     }
 
-    checks = {
-        "admissions per tick never above the batch": not over_batch,
-        "a full batch every tick while users waited": not short_batch,
-        "shop never above the target rate": max(shop_windows, default=0) <= allowed,
-        "no oversells": oversold == 0 and second_orders == 0,
-        "no entry token reached the shop twice": tokens_used_twice == 0,
-        "every user who kept polling was admitted, or told sold out": all(
-            u.admitted_at is not None or u.outcome in ("told sold out", "enter answered 409 SOLD_OUT") for u in keepers
-        ),
-        "the API never failed": not api.failures,
+
+def _targets(load: dict, notice: dict) -> dict:
+    """The design's performance targets, measured: met or missed, never failing the run."""
+    paced, fixed = load["paced"], load["fixed_2.5s_poll"]
+    measured = {
+        "requests per admitted user, share of the fixed poll's": paced["requests_per_admitted_user"]
+        / fixed["requests_per_admitted_user"]
+        if fixed["requests_per_admitted_user"]
+        else None,
+        "peak requests/s per waiting user": paced["peak_per_1000_waiting"] and paced["peak_per_1000_waiting"] / 1000,
+        "admission-to-notice p95 s": notice["p95"],
     }
-    answered = sum(len(values) for values in api.latencies.values())
     return {
-        "parameters": {
-            **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(options).items()},
-            "target": str(TARGET),
-            "batch": batch,
-            "tick_ms": tick_ms,
-            "heartbeat_timeout_s": settings.heartbeat_timeout_s,
-        },
-        "duration_s": round(duration, 2),
-        "users": {
-            "total": len(users),
-            "kept_polling": len(keepers),
-            "admitted": len(seen),
-            "outcomes": dict(outcomes),
-            "queue_full_retries": sum(u.full_retries for u in users),
-            "reentries": sum(u.reentries for u in users),
-        },
-        "admissions": {
-            "target_per_tick": batch,
-            "ticks": len(ticks),
-            "ticks_with_users_waiting": len(busy),
-            "admitted_per_busy_tick": _spread([t["admitted"] / t["covered"] for t in busy]),
-            "catch_up_ticks": sum(t["covered"] > 1 for t in ticks),
-            "evicted": sum(t["evicted"] for t in ticks),
-            "series": ticks,
-        },
-        "shop": {
-            "target_per_s": rate,
-            "window_s": SHOP_WINDOW_S,
-            "allowed_per_window": allowed,
-            "max_per_window": max(shop_windows, default=0),
-            "max_in_a_second": max(shop_series, default=0),
-            "windows_over_allowed": sum(n > allowed for n in shop_windows),
-            "requests": len(shop["requests"]),
-            "orders": len(shop["orders"]),
-            "refused": shop["refused"],
-            "per_second": shop_series,
-            "admitted_per_second": admitted_per_second,
-        },
-        "notice_s": {
-            "meaning": "when the user saw ADMITTED minus when the pump's tick admitted them "
-            "(the poll gap near the front, plus the local API's latency and backlog)",
-            **notice_spread,
-            "poll_due": {
-                "meaning": "when the poll that told them was due, minus when "
-                "they were admitted (without this machine's backlog)",
-                **_spread(notice_due),
-            },
-        },
-        "eta_error_s": {
-            "meaning": "when the pump admitted the user minus when etaSeconds (on entry) said",
-            **_spread(eta_errors),
-        },
-        "load": load,
-        "cost_usd": cost,
-        "latency_ms": latency,
-        "api": {
-            "requests": answered,
-            "per_s": round(answered / duration, 1),
-            "backlog_s": {
-                "meaning": "how long requests waited after they were due until this machine sent "
-                "them (the load figures count them when due)",
-                **_spread([wait for waits in api.backlog.values() for wait in waits]),
-                "by_kind": {kind: _spread(waits) for kind, waits in api.backlog.items() if waits},
-            },
-        },
-        "oversells": {
-            "units_over_stock": oversold,
-            "second_orders": second_orders,
-            "tokens_used_twice": tokens_used_twice,
-            "double_clicks": sum(len(u.purchase_answers) > 1 for u in users),
-        },
-        "api_failures": dict(api.failures),
-        "machine": _machine(cpu_s, answered),
-        "sold_out": sale_figures.sold_out(users, shop, started),
-        "shop_load": sale_figures.shop_load(
-            shop, started, finished, ticks, options.shop_capacity, options.origin_slo_p95_ms
-        ),
-        "checks": checks,
-        "targets": {
-            name: {
-                "target": bound,
-                "measured": _round(measured[name]),
-                "met": None if measured[name] is None else measured[name] <= bound,
-            }
-            for name, bound in TARGETS.items()
-        },
-        "ok": all(checks.values()),
+        name: {
+            "target": bound,
+            "measured": _round(measured[name]),
+            "met": None if measured[name] is None else measured[name] <= bound,
+        }
+        for name, bound in TARGETS.items()
     }
 
 
