@@ -302,7 +302,7 @@ def list_targets():
 @app.route(CONSOLE, methods=["GET"], authorizer=IAMAuthorizer())
 def operator_console():
     """The operator console: live charts of every target and the controls of its configuration. Behind IAM
-    like the operator routes it calls (README: Operator console)."""
+    like the operator routes it calls (docs/pages.md)."""
     return _html(page.console(page_path=CONSOLE, queues_path="/virtual-queues"))
 
 

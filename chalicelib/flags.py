@@ -5,7 +5,7 @@ Flag `virtual_queue_enabled`, evaluated with the context `{"target": "limited-dr
 percentage rollout by user id (`MODULO_RANGE` on `user_id`), first matching rule wins. `infra/flags.json`
 is the schema's example and the local default.
 
-Two routes bring a new configuration to a container (README: The switch's two routes):
+Two routes bring a new configuration to a container (docs/architecture.md: the feature flag's two routes):
 - its source: AppConfig polled honestly, never faster than the session's minimum interval (15 s), or the
   local file, read again when it changes;
 - the queue's store, within a few seconds: an AppConfig extension runs `flag_sync` on every deployment,

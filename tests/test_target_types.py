@@ -1,6 +1,6 @@
 """The target types are declared once (chalicelib/targets.py's TARGET_TYPES): the routes, the gate, the downstreams,
-the token format and the pages derive from it, and the contracts that live outside the code (the OpenAPI spec,
-the event schema, the deployment template, the demo shop) are checked against it. Adding a type is one entry."""
+the token format, the pages and the demo shop derive from it, and the contracts that live outside the code (the
+OpenAPI spec, the event schema, the deployment template) are checked against it. Adding a type is one entry."""
 
 import json
 import os

@@ -37,10 +37,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalicelib.origin import SOLD_OUT_HEADER  # noqa: E402
+from chalicelib.targets import TARGET_TYPES  # noqa: E402
 
-# The purchase paths of chalicelib/gate.py's PURCHASE_PATHS, as a real downstream would serve them.
-ITEM_PATH = re.compile(r"/(?:limited-drops/[1-9][0-9]{0,17}/orders|events/[1-9][0-9]{0,17}/seats/select)")
-USER_ID = re.compile(r"[1-9][0-9]{0,17}")
+POSITIVE_ID = r"[1-9][0-9]{0,17}"
+USER_ID = re.compile(POSITIVE_ID)
+# Every target type's purchase path, as a real downstream would serve it.
+ITEM_PATH = re.compile(
+    "|".join(
+        re.escape(kind.purchase_path).replace(re.escape("{" + kind.id_parameter + "}"), POSITIVE_ID)
+        for kind in TARGET_TYPES.values()
+    )
+)
 
 
 class DemoShop:

@@ -25,7 +25,7 @@ from infra.sim.sale_cost import SaleLoad, sale_cost  # noqa: E402
 
 FIXED_POLL_S = 2.5
 WINDOW_S = 10
-HANDLER_S = 0.015  # a request's billed Lambda duration, as measured locally (README: Capacity)
+HANDLER_S = 0.015  # a request's billed Lambda duration, as measured locally (docs/capacity.md)
 
 
 def model(users: int, rate: float, tick_s: float, arrival_s: float, heartbeat_s: int, seed: int = 7) -> dict:

@@ -8,7 +8,7 @@ pump ticked by hand, so each step happens when the test says; tests keep apart b
 Every page fails its test on a console error or an uncaught exception, except the API's own refusals (a 4xx
 with a JSON code, which Chromium logs as "Failed to load resource" although the page handles them) and the
 connection failures a test announces while it holds the API down. Each view is checked for readable contrast
-and saved under build/browser/; `make screenshots` also refreshes the README's images (docs in README: Web pages).
+and saved under build/browser/; `make screenshots` also refreshes the images of README.md and docs/pages.md.
 """
 
 from __future__ import annotations
