@@ -1,13 +1,19 @@
-"""What a sale costs on AWS at list prices: the one place that writes those prices down.
+"""What the stack costs on AWS at list prices, idle and per sale: the one place that writes those prices down.
 
 The simulator (infra/sim/simulate.py) counts a sale's requests and how long it took; this turns them into
-dollars, for the paced polls it measured and for the same crowd polling every few seconds.
+dollars, for the paced polls it measured and for the same crowd polling every few seconds. `python
+infra/sim/sale_cost.py` prints what the stack costs a month with no sale at all (docs/deploy.md).
 Prices: US East (N. Virginia), on demand, without free tier or savings plans.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+HOURS_PER_MONTH = 730
+# The pump runs all the time: EventBridge starts it every minute and it ticks for most of it (chalicelib/pump.py's
+# RUN_WINDOW_MS), idle or not.
+PUMP_SECONDS_PER_MINUTE = 58
 
 # USD. API Gateway REST APIs: per million requests (first 333 million a month; HTTP APIs are $1.00).
 API_GATEWAY_REST_PER_MILLION = 3.50
@@ -53,3 +59,26 @@ def sale_cost(load: SaleLoad, deployment: Deployment = Deployment()) -> dict:
         "cache": deployment.cache_nodes * CACHE_NODE_HOUR[deployment.cache_node_type] * load.duration_s / 3600,
     }
     return {**{name: round(usd, 4) for name, usd in items.items()}, "total": round(sum(items.values()), 4)}
+
+
+def idle_cost(deployment: Deployment = Deployment()) -> dict:
+    """What the stack costs a month with no sale, in USD, by item: the cache's nodes and the pump, which run
+    whether or not anyone waits. Left out: secrets, the dashboard, alarms and logs (a few dollars, much of it
+    within the free tier), and the network the stack runs in (a NAT gateway or VPC endpoints)."""
+    gb = deployment.memory_mb / 1024
+    pump_runs = HOURS_PER_MONTH * 60
+    items = {
+        "cache": deployment.cache_nodes * CACHE_NODE_HOUR[deployment.cache_node_type] * HOURS_PER_MONTH,
+        "pump_lambda": pump_runs / 1e6 * LAMBDA_PER_MILLION
+        + gb * pump_runs * PUMP_SECONDS_PER_MINUTE * LAMBDA_PER_GB_SECOND,
+    }
+    return {**{name: round(usd, 2) for name, usd in items.items()}, "total": round(sum(items.values()), 2)}
+
+
+if __name__ == "__main__":
+    deployment = Deployment()
+    print(
+        f"Idle, a month ({deployment.cache_nodes} x {deployment.cache_node_type}, {deployment.memory_mb} MB functions):"
+    )
+    for item, usd in idle_cost(deployment).items():
+        print(f"  {item:12} ${usd:,.2f}")
