@@ -25,7 +25,7 @@ from chalicelib.flags import QUEUED, Decision
 from chalicelib.observability import logger
 from chalicelib.queue_keys import QueueKeys
 from chalicelib.redis_connection import REDIS_FAILURES, Breaker, RedisClient, StoreFull, StoreUnavailable
-from chalicelib.scripts import Script, load_script, run_pipelined
+from chalicelib.scripts import load_script, run_pipelined
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target, parse_target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket
@@ -120,34 +120,33 @@ class QueueStore:
         """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
         `grant` becomes their entry token's only if this call admits them."""
         k = self.keys(target)
-        reply = self._enter.read(
-            self._call(
-                self._enter,
-                waiting=k.waiting,
-                heartbeat=k.heartbeat,
-                seq=k.seq,
-                mark=k.mark,
-                token=k.token(user_id),
-                registered=k.registered,
-                stats=k.stats,
-                config=k.config,
-                prequeue=k.prequeue,
-                draw=k.draw,
-                active=k.active,
-                user_id=user_id,
-                now_ms=now_ms,
-                default_max_waiting=defaults.max_waiting,
-                idle_ttl_ms=defaults.idle_ttl_ms,
-                grant=grant.text,
-                grant_ttl_ms=grant.expires_at * 1000 - now_ms,
-                grant_expires_ms=grant.expires_at * 1000,
-                registration_refresh_ms=REGISTRATION_REFRESH_MS,
-                default_batch=defaults.batch,
-                default_tick_ms=defaults.tick_ms,
-                open_on_first_use=int(defaults.open_on_first_use),
-                **_switch_args(decision),
-            )
+        keys, args = self._enter.order(
+            waiting=k.waiting,
+            heartbeat=k.heartbeat,
+            seq=k.seq,
+            mark=k.mark,
+            token=k.token(user_id),
+            registered=k.registered,
+            stats=k.stats,
+            config=k.config,
+            prequeue=k.prequeue,
+            draw=k.draw,
+            active=k.active,
+            user_id=user_id,
+            now_ms=now_ms,
+            default_max_waiting=defaults.max_waiting,
+            idle_ttl_ms=defaults.idle_ttl_ms,
+            grant=grant.text,
+            grant_ttl_ms=grant.expires_at * 1000 - now_ms,
+            grant_expires_ms=grant.expires_at * 1000,
+            registration_refresh_ms=REGISTRATION_REFRESH_MS,
+            default_batch=defaults.batch,
+            default_tick_ms=defaults.tick_ms,
+            open_on_first_use=int(defaults.open_on_first_use),
+            flag_version=decision.flag_version,
+            queued=int(decision.queued),
         )
+        reply = self._enter.read(self._guarded(self._enter.run, keys, args))
         # Only a new place in line asks for it (status.lua's answers have no `register`).
         if getattr(reply, "register", 0):
             self._register(target, defaults.idle_ttl_ms)
@@ -170,43 +169,39 @@ class QueueStore:
         """
         k = self.keys(target)
         wait_ms = max(0, now_ms - ticket.entered_at_ms)
-        return place_of(
-            self._status.read(
-                self._call(
-                    self._status,
-                    waiting=k.waiting,
-                    heartbeat=k.heartbeat,
-                    mark=k.mark,
-                    token=k.token(user_id),
-                    stats=k.stats,
-                    waits=k.waits,
-                    config=k.config,
-                    prequeue=k.prequeue,
-                    active=k.active,
-                    draw=k.draw,
-                    user_id=user_id,
-                    now_ms=now_ms,
-                    grant=grant.text,
-                    grant_ttl_ms=grant.expires_at * 1000 - now_ms,
-                    grant_expires_ms=grant.expires_at * 1000,
-                    wait_ms=wait_ms,
-                    wait_bucket=waits.bucket_of(wait_ms / 1000),
-                    default_batch=defaults.batch,
-                    default_tick_ms=defaults.tick_ms,
-                    ticket_entry=ticket.seq,
-                    idle_ttl_ms=defaults.idle_ttl_ms,
-                    **_switch_args(decision),
-                )
-            )
+        keys, args = self._status.order(
+            waiting=k.waiting,
+            heartbeat=k.heartbeat,
+            mark=k.mark,
+            token=k.token(user_id),
+            stats=k.stats,
+            waits=k.waits,
+            config=k.config,
+            prequeue=k.prequeue,
+            active=k.active,
+            draw=k.draw,
+            user_id=user_id,
+            now_ms=now_ms,
+            grant=grant.text,
+            grant_ttl_ms=grant.expires_at * 1000 - now_ms,
+            grant_expires_ms=grant.expires_at * 1000,
+            wait_ms=wait_ms,
+            wait_bucket=waits.bucket_of(wait_ms / 1000),
+            default_batch=defaults.batch,
+            default_tick_ms=defaults.tick_ms,
+            ticket_entry=ticket.seq,
+            idle_ttl_ms=defaults.idle_ttl_ms,
+            flag_version=decision.flag_version,
+            queued=int(decision.queued),
         )
+        return place_of(self._status.read(self._guarded(self._status.run, keys, args)))
 
     def leave(self, target: Target, user_id: int, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
         """Take `user_id`'s entry numbered `entry` (its ticket's seq) out of line (or the pre-queue), revoking an
         entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
         their current entry."""
         k = self.keys(target)
-        left = self._call(
-            self._leave,
+        keys, args = self._leave.order(
             waiting=k.waiting,
             heartbeat=k.heartbeat,
             token=k.token(user_id),
@@ -223,6 +218,7 @@ class QueueStore:
             idle_ttl_ms=idle_ttl_ms,
             **self.outbox,
         )
+        left = self._guarded(self._leave.run, keys, args)
         return OtherEntry() if left == -1 else left == 1
 
     def consume(self, token: EntryToken, consumption_id: str, now_ms: int, open_on_first_use: bool = False) -> str:
@@ -230,8 +226,7 @@ class QueueStore:
         Its target must be known (an operator opened it), unless targets `open_on_first_use`."""
         k = self.keys(token.target)
         ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
-        return self._call(
-            self._consume,
+        keys, args = self._consume.order(
             consumed=k.consumed(token.token_id),
             active=k.active,
             revoked=k.revoked,
@@ -242,6 +237,7 @@ class QueueStore:
             token_id=token.token_id,
             open_on_first_use=int(open_on_first_use),
         )
+        return self._guarded(self._consume.run, keys, args)
 
     def restore(self, token: EntryToken, consumption_id: str) -> bool:
         """Undo consumption `consumption_id` of `token` (the shop certainly did not take the order); False if the
@@ -255,21 +251,19 @@ class QueueStore:
 
     def _settle(self, token: EntryToken, consumption_id: str, outcome: str) -> bool:
         k = self.keys(token.target)
-        return bool(
-            self._call(
-                self._restore,
-                consumed=k.consumed(token.token_id),
-                active=k.active,
-                events=k.events,
-                stats=k.stats,
-                consumption_id=consumption_id,
-                user_id=token.user_id,
-                token_expires_ms=token.expires_at * 1000,
-                outcome=outcome,
-                token_id=token.token_id,
-                **self.outbox,
-            )
+        keys, args = self._restore.order(
+            consumed=k.consumed(token.token_id),
+            active=k.active,
+            events=k.events,
+            stats=k.stats,
+            consumption_id=consumption_id,
+            user_id=token.user_id,
+            token_expires_ms=token.expires_at * 1000,
+            outcome=outcome,
+            token_id=token.token_id,
+            **self.outbox,
         )
+        return bool(self._guarded(self._restore.run, keys, args))
 
     def write_back(self, used: Sequence[tuple[EntryToken, bool]], now_ms: int) -> None:
         """Record purchases made while Redis was unreachable: each (token, outcome known) becomes a one-time
@@ -288,22 +282,20 @@ class QueueStore:
     def stats(self, target: Target, now_ms: int) -> QueueFigures:
         """The target's counters, in one round trip."""
         k = self.keys(target)
-        reply = self._stats.read(
-            self._call(
-                self._stats,
-                waiting=k.waiting,
-                mark=k.mark,
-                stats=k.stats,
-                waits=k.waits,
-                prequeue=k.prequeue,
-                active=k.active,
-                config=k.config,
-                draw=k.draw,
-                health=k.health,
-                purchases=k.purchases,
-                now_ms=now_ms,
-            )
+        keys, args = self._stats.order(
+            waiting=k.waiting,
+            mark=k.mark,
+            stats=k.stats,
+            waits=k.waits,
+            prequeue=k.prequeue,
+            active=k.active,
+            config=k.config,
+            draw=k.draw,
+            health=k.health,
+            purchases=k.purchases,
+            now_ms=now_ms,
         )
+        reply = self._stats.read(self._guarded(self._stats.run, keys, args))
         fields, config, health = _pairs(reply.stats), _pairs(reply.config), _pairs(reply.health)
         counters = {name: int(value) for name, value in fields.items() if name != "rate"}
         return QueueFigures(
@@ -336,9 +328,10 @@ class QueueStore:
         publisher sends the events this reports."""
         k = self.keys(target)
         settings = [item for field_value in config.to_redis().items() for item in field_value]
-        self._call(
-            self._configure, settings, config=k.config, events=k.events, stats=k.stats, now_ms=now_ms, **self.outbox
+        keys, args = self._configure.order(
+            config=k.config, events=k.events, stats=k.stats, now_ms=now_ms, **self.outbox
         )
+        self._guarded(self._configure.run, keys, (*args, *settings))
         stored = self.flag()
         if stored is not None:
             # Opened after a flip, the target follows it at once (flag_sync marks the targets it finds).
@@ -359,28 +352,26 @@ class QueueStore:
         as an event when it used entry `token`; the shop's word that stock ran out marks the target sold out.
         0: unknown target (nothing written), 1: noted, 2: noted, and now sold out."""
         k = self.keys(target)
-        noted = self._observe_purchase.read(
-            self._call(
-                self._observe_purchase,
-                config=k.config,
-                purchases=k.purchases,
-                stats=k.stats,
-                events=k.events,
-                registered=k.registered,
-                sent_ms=purchase.sent_ms,
-                latency_ms=purchase.latency_ms,
-                ok=int(purchase.ok),
-                accepted=int(accepted),
-                sold_out=int(sold_out),
-                max_purchases=shop_health.MAX_PURCHASES,
-                purchases_ttl_ms=shop_health.PURCHASES_TTL_MS,
-                token_id=token.token_id if token else "",
-                user_id=token.user_id if token else "",
-                status=status,
-                registration_refresh_ms=REGISTRATION_REFRESH_MS,
-                **self.outbox,
-            )
+        keys, args = self._observe_purchase.order(
+            config=k.config,
+            purchases=k.purchases,
+            stats=k.stats,
+            events=k.events,
+            registered=k.registered,
+            sent_ms=purchase.sent_ms,
+            latency_ms=purchase.latency_ms,
+            ok=int(purchase.ok),
+            accepted=int(accepted),
+            sold_out=int(sold_out),
+            max_purchases=shop_health.MAX_PURCHASES,
+            purchases_ttl_ms=shop_health.PURCHASES_TTL_MS,
+            token_id=token.token_id if token else "",
+            user_id=token.user_id if token else "",
+            status=status,
+            registration_refresh_ms=REGISTRATION_REFRESH_MS,
+            **self.outbox,
         )
+        noted = self._observe_purchase.read(self._guarded(self._observe_purchase.run, keys, args))
         if noted.register:
             self._register(target, OUTBOX_TTL_MS)
         return int(noted.noted)
@@ -467,10 +458,6 @@ class QueueStore:
                 pipe.hincrby(self.keys(target).stats, "events_dropped", -n)
                 pipe.pexpire(self.keys(target).stats, OUTBOX_TTL_MS, nx=True)
         pipe.execute()
-
-    def _call(self, script: Script, rest: Sequence = (), /, **named: object) -> Any:
-        """One client-facing script call, its keys and arguments by name (scripts.py), through the breaker."""
-        return self._guarded(script.run, script.bind(rest, **named))
 
     def _guarded(self, call: Callable[..., Any], *args: object) -> Any:
         """One client-facing Redis call through the circuit breaker; any Redis failure is StoreUnavailable."""
@@ -612,11 +599,6 @@ class QueueStore:
             for target, nonce in nonces.items()
         ]
         return [target for target, gone in zip(nonces, run_pipelined(self.client, calls), strict=True) if gone == 1]
-
-
-def _switch_args(decision: Decision) -> dict[str, object]:
-    """The switch's arguments of enter and status: the flag version the caller decided by, and its decision."""
-    return {"flag_version": decision.flag_version, "queued": 1 if decision.queued else 0}
 
 
 def _pairs(flat: list) -> dict[str, str]:

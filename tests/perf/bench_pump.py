@@ -264,10 +264,10 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
         client.set(k.mark, 0)
 
     def admit():
-        admit_script(keys=admit_keys, args=admit_args)
+        admit_script.run(admit_keys, admit_args)
 
     def evict():
-        evict_script(keys=evict_keys, args=evict_args)
+        evict_script.run(evict_keys, evict_args)
 
     stale_batches = iter(range(1, 1_000_000))
 
