@@ -21,6 +21,7 @@ import dataclasses
 import time
 import uuid
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -332,6 +333,8 @@ class QueueMachine(RuleBasedStateMachine):
         assert all(n == 1 for n in self.origin.orders_per_key().values())
 
 
+# Slow: Hypothesis runs dozens of journeys against a real Redis (25-40 s here): make test runs it, test-fast not.
+@pytest.mark.slow
 def test_the_queue_behaves_like_its_model(env, connect_redis, origin):
     env(
         VQ_TICK_MS=TICK_MS,
