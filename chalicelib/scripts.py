@@ -23,7 +23,7 @@ from chalicelib.redis_connection import RedisClient
 
 # Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
-# The two arguments every script that reports a change of state ends its ARGV with (lua/outbox.lua).
+# lua/outbox.lua's two arguments, which every script that reports a change of state takes.
 OUTBOX_ARGS = ("outbox_cap", "outbox_ttl_ms")
 # The switch's two arguments, last of enter's and status's ARGV (chalicelib/flags.py).
 SWITCH_ARGS = ("flag_version", "queued")
