@@ -251,15 +251,23 @@ WAITING_ROOM = "/waiting-room/{queue_type}/{target_id}"
 CONSOLE = "/console"
 
 
-def _html(body):
-    # Per language (Accept-Language), and never cached: the page carries the target's current display fields.
+# A script or page is run as the type it is served as, never as one a browser guesses from its bytes.
+NOT_SNIFFED = {"X-Content-Type-Options": "nosniff"}
+
+
+def _html(served: page.Page):
+    # Per language (Accept-Language), and revalidated on every load: the page carries the target's current display
+    # fields. Its policy lets only its own scripts run, and no other site frame it (docs/pages.md).
     return Response(
-        body=body,
+        body=served.html,
         status_code=200,
         headers={
             "Content-Type": "text/html; charset=utf-8",
             "Cache-Control": "no-cache",
             "Vary": "Accept-Language",
+            "Content-Security-Policy": served.content_security_policy,
+            **NOT_SNIFFED,
+            "Referrer-Policy": "no-referrer",
         },
     )
 
@@ -288,7 +296,7 @@ def waiting_room_service_worker():
     return Response(
         body=page.service_worker(),
         status_code=200,
-        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"},
+        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache", **NOT_SNIFFED},
     )
 
 

@@ -1,13 +1,19 @@
 """The web pages: the waiting room shoppers see (static/waiting-room.html with its script waiting-room.js, in
 Korean or English) and the operator console (static/console.html). Each is served as one HTML document with
-its script inline, filled in per request."""
+its script inline, filled in per request, with a Content-Security-Policy that lets exactly that script run
+(docs/pages.md: security headers)."""
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import html
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 from chalicelib.targets import TARGET_TYPES, Target
@@ -17,10 +23,99 @@ STATIC = Path(__file__).resolve().parent / "static"
 SERVICE_WORKER_PATH = "/waiting-room/service-worker.js"  # its folder is its scope: every waiting-room page
 LANGUAGES = ("en", "ko")
 DEFAULT_LANGUAGE = "en"  # for a browser that names neither: a visitor from abroad reads English more likely
-_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+# `{{name}}`: text, HTML-escaped; `__NAME__`: trusted text put in as it is (a script data block's JSON, a script).
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}|__([A-Z]+)__")
 _LANGUAGE_RANGE = re.compile(
     r"\s*([A-Za-z]{1,8}|\*)(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.[0-9]{0,3})?))?\s*"
 )
+# What the pages may load besides their own inline scripts: the product's picture (any https host an operator
+# names) and the inline icon, calls to their own origin, the service worker. Styles stay inline ('unsafe-inline'):
+# they run no code, and every text the pages show is escaped. No framing (clickjacking), no <base>, no forms.
+_POLICY = (
+    "default-src 'none'; script-src {scripts}; style-src 'unsafe-inline'; img-src https: data:; "
+    "connect-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+# A <script> of another type is a data block: the browser never runs it, so the policy need not allow it.
+_SCRIPT_TYPES = {"", "text/javascript", "application/javascript", "module"}
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page to serve: its HTML and the Content-Security-Policy that lets exactly its own scripts run."""
+
+    html: str
+    content_security_policy: str
+
+
+class Template:
+    """A page template, split once at its placeholders. Filling it is one pass over those parts, so no value is
+    ever searched for placeholders: a displayName of `__CONFIG__` or `{{title}}` shows as that text."""
+
+    def __init__(self, name: str, includes: Mapping[str, str]) -> None:
+        """`name` in static/; `includes` names the static file each `__NAME__` in it stands for (its script)."""
+        pieces = _PLACEHOLDER.split(_static(name))
+        # pieces: text, then per placeholder its two groups (one is None) and the text after it.
+        self._texts = pieces[::3]
+        self._slots: list[tuple[bool, str]] = [
+            (True, text) if text is not None else (False, raw)
+            for text, raw in zip(pieces[1::3], pieces[2::3], strict=True)
+        ]
+        for i, (_, slot) in reversed(list(enumerate(self._slots))):
+            if slot in includes:  # a file of ours: part of the text around it, never filled per request
+                self._texts[i : i + 2] = [self._texts[i] + _static(includes[slot]) + self._texts[i + 1]]
+                del self._slots[i]
+        scripts = _inline_scripts(name, "\0".join(self._texts))
+        if any("\0" in script for script in scripts):
+            raise ValueError(f"{name}: a placeholder inside a script would change the script the policy allows")
+        hashes = " ".join(_hash(script) for script in scripts) or "'none'"
+        self.content_security_policy = _POLICY.format(scripts=hashes)
+
+    def fill(self, text: Mapping[str, str], trusted: Mapping[str, str]) -> Page:
+        """The page with each `{{name}}` replaced by `text[name]` HTML-escaped, and each `__NAME__` by
+        `trusted[NAME]` as it is."""
+        out = [self._texts[0]]
+        for (escaped, slot), after in zip(self._slots, self._texts[1:], strict=True):
+            out += (html.escape(text[slot]) if escaped else trusted[slot], after)
+        return Page("".join(out), self.content_security_policy)
+
+
+class _ScriptFinder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.scripts: list[str] = []
+        self.problems: list[str] = []
+        self._open: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        self.problems += [f"<{tag} {a}>: an inline handler" for a in named if a.startswith("on")]
+        if tag == "script" and (named.get("type") or "").lower() in _SCRIPT_TYPES:
+            if "src" in named:
+                self.problems.append("<script src>: only inline scripts are allowed")
+            self._open = []
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._open.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._open is not None:
+            self.scripts.append("".join(self._open))
+            self._open = None
+
+
+def _hash(script: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+
+
+def _inline_scripts(name: str, document: str) -> list[str]:
+    """The text of each script `document` runs, exactly as the browser hashes it."""
+    finder = _ScriptFinder()
+    finder.feed(document)
+    finder.close()
+    if finder.problems:
+        raise ValueError(f"{name}: the pages' CSP would block " + "; ".join(finder.problems))
+    return finder.scripts
 
 
 @functools.cache
@@ -67,7 +162,7 @@ def render(
     page_path: str,
     entries_path: str,
     purchase_path: str,
-) -> str:
+) -> Page:
     """The waiting room of `target` served at `page_path` in `lang`: it queues at `entries_path` and buys at
     `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them."""
     texts = messages()[lang]
@@ -84,8 +179,7 @@ def render(
         "serviceWorker": _relative(page_path, SERVICE_WORKER_PATH),
         "messages": texts,
     }
-    page = _PLACEHOLDER.sub(lambda m: html.escape(values[m[1]]), _static("waiting-room.html"))
-    return page.replace("__SCRIPT__", _static("waiting-room.js")).replace("__CONFIG__", _script_json(config))
+    return _template("waiting-room.html", script="waiting-room.js").fill(values, {"CONFIG": _script_json(config)})
 
 
 def service_worker() -> str:
@@ -93,7 +187,13 @@ def service_worker() -> str:
     return _static("service-worker.js")
 
 
-def console(page_path: str, queues_path: str) -> str:
+def console(page_path: str, queues_path: str) -> Page:
     """The operator console served at `page_path`; it reads and steers the targets under `queues_path`."""
     config = {"queues": _relative(page_path, queues_path), "types": list(TARGET_TYPES)}
-    return _static("console.html").replace("__CONFIG__", _script_json(config))
+    return _template("console.html").fill({}, {"CONFIG": _script_json(config)})
+
+
+@functools.cache
+def _template(name: str, script: str | None = None) -> Template:
+    """static/`name`, with static/`script` in place of its `__SCRIPT__`."""
+    return Template(name, {"SCRIPT": script} if script else {})

@@ -5,10 +5,11 @@ Debian's `chromium`, driven by Playwright (which downloads no browser here). Out
 chromium is not installed; in CI (.ci/run installs it) they must run. One local stack serves a whole module, its
 pump ticked by hand, so each step happens when the test says; tests keep apart by target id.
 
-Every page fails its test on a console error or an uncaught exception, except the API's own refusals (a 4xx
-with a JSON code, which Chromium logs as "Failed to load resource" although the page handles them) and the
-connection failures a test announces while it holds the API down. Each view is checked for readable contrast
-and saved under build/browser/; `make screenshots` also refreshes the images of README.md and docs/pages.md.
+Every page fails its test on a console error, an uncaught exception or a Content-Security-Policy violation, except
+the API's own refusals (a 4xx with a JSON code, which Chromium logs as "Failed to load resource" although the page
+handles them) and the connection failures a test announces while it holds the API down. Each view is checked
+for readable contrast and saved under build/browser/; `make screenshots` also refreshes the images of README.md
+and docs/pages.md.
 """
 
 from __future__ import annotations
@@ -279,6 +280,11 @@ def readable(page):
     }""")
 
 
+# Before any script of the page's own (Playwright's init scripts run outside the page's policy).
+CSP_VIOLATIONS_LOGGED = """document.addEventListener("securitypolicyviolation", (event) => console.error(
+    `CSP violation: ${event.violatedDirective} blocked ${event.blockedURI || "an inline script"}`));"""
+
+
 def save_small(source, target):
     """A README copy of a screenshot: the page's background cropped away, at most 640 px wide, 64 colours."""
     from PIL import Image, ImageChops
@@ -315,6 +321,8 @@ def shopper(request, browser):
 
     # Every page of the context (a test may open the console beside the waiting room).
     context.on("console", on_console)
+    # A Content-Security-Policy violation fails the test too, reported by the page itself whatever Chromium logs.
+    context.add_init_script(CSP_VIOLATIONS_LOGGED)
     context.on("weberror", lambda error: found.errors.append(f"uncaught: {error.error}"))
     yield found
     context.close()
