@@ -58,6 +58,16 @@ def correlate_logs(request, get_response):
         close_request_keys(keys)
 
 
+@app.middleware("http")
+def never_stored(request, get_response):
+    """No answer of the API may be kept by a cache between the client and the API: answers carry tickets and
+    entry tokens, and are one user's at one moment. Errors too, Chalice's own (405, 415, 500) included; the
+    pages set their own rule (`_html`). (API Gateway's own answers get the header from infra/edge.yaml.)"""
+    response = get_response(request)
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
 # Traced when X-Ray is on.
 if tracer is not None:
     app.register_middleware(ConvertToMiddleware(tracer.capture_lambda_handler), "http")

@@ -1,5 +1,6 @@
-"""The edge: the pages send a Content-Security-Policy that lets exactly their own scripts run and fill their
-placeholders in one pass. The pages under that policy in Chromium: tests/test_browser.py and tests/test_console.py."""
+"""The edge: no answer of the API is stored by a cache (the app's and Chalice's own), and the pages send a
+Content-Security-Policy that lets exactly their own scripts run and fill their placeholders in one pass. The pages
+under that policy in Chromium: tests/test_browser.py and tests/test_console.py."""
 
 import base64
 import hashlib
@@ -10,9 +11,62 @@ from html.parser import HTMLParser
 import pytest
 
 from chalicelib import page
+from chalicelib.queue import WaitingRoom
+from tests.support.buying import mint
 
+ENTRIES = "/virtual-queues/limited-drop/42/entries"
 PAGE = "/waiting-room/limited-drop/42"
 JSON = {"Content-Type": "application/json"}
+
+
+# --- every answer of the API: Cache-Control: no-store ---
+
+
+def no_store(answer):
+    return answer.headers.get("Cache-Control") == "no-store"
+
+
+def test_queue_answers_and_errors_are_never_stored(api):
+    entered = api.http.post(ENTRIES, headers={"X-User-Id": "7"})
+    assert entered.status_code == 200 and no_store(entered)
+    ticket = entered.json_body["queueTicket"]
+    polled = api.http.get(ENTRIES + "/me", headers={"X-User-Id": "7", "X-Queue-Ticket": ticket})
+    assert polled.status_code == 200 and no_store(polled)
+    left = api.http.delete(ENTRIES + "/me", headers={"X-User-Id": "7", "X-Queue-Ticket": ticket})
+    assert left.status_code == 204 and no_store(left)
+    for refused in (
+        api.http.post(ENTRIES, headers={"X-User-Id": "9" * 200}),  # 400
+        api.http.get(ENTRIES + "/me", headers={"X-User-Id": "7", "X-Queue-Ticket": ticket}),  # 404 or 403
+        api.http.get("/virtual-queues/flash-sale/1/stats"),  # 404
+        api.http.get("/waiting-room/limited-drop/0"),  # the page's route, answering the API's JSON error
+    ):
+        assert 400 <= refused.status_code < 500 and no_store(refused), refused.status_code
+    assert no_store(api.http.get("/virtual-queues/limited-drop/42/stats"))
+    assert no_store(api.http.get("/virtual-queues/limited-drop/42/config"))
+
+
+def test_chalices_own_errors_are_never_stored(api, monkeypatch):
+    config = "/virtual-queues/limited-drop/42/config"
+    unsupported = api.http.put(config, headers={"Content-Type": "text/plain"}, body="batch=5")
+    assert unsupported.status_code == 415 and no_store(unsupported)
+    not_allowed = api.http.patch(ENTRIES, headers={"X-User-Id": "7"})
+    assert not_allowed.status_code == 405 and no_store(not_allowed)
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(WaitingRoom, "enter", broken)
+    crashed = api.http.post(ENTRIES, headers={"X-User-Id": "7"})
+    assert crashed.status_code == 500 and no_store(crashed)
+
+
+def test_the_shops_answer_to_a_purchase_is_never_stored_whatever_the_shop_said(api, origin, signer):
+    origin.answer_headers = {"Cache-Control": "public, max-age=3600"}
+    headers = {**JSON, "X-User-Id": "7", "X-Entry-Token": mint(signer).text}
+    bought = api.http.post("/limited-drops/42/orders", headers=headers, body='{"sku": "x"}')
+    assert bought.status_code == 201 and no_store(bought)
+    again = api.http.post("/limited-drops/42/orders", headers=headers, body='{"sku": "x"}')
+    assert again.status_code == 403 and no_store(again)
 
 
 # --- the pages: their own caching rule, and a policy that runs only their own scripts ---
