@@ -34,6 +34,7 @@ PIECES = (
     "secrets",
     "appconfig",
     "authorizer",
+    "edge",
     "pump",
     "events",
     "logs",

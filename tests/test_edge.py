@@ -1,19 +1,29 @@
-"""The edge: no answer of the API is stored by a cache (the app's and Chalice's own), and the pages send a
-Content-Security-Policy that lets exactly their own scripts run and fill their placeholders in one pass. The pages
-under that policy in Chromium: tests/test_browser.py and tests/test_console.py."""
+"""The edge: no answer of the API is stored by a cache (the app's, Chalice's own and API Gateway's), the pages send
+a Content-Security-Policy that lets exactly their own scripts run and fill their placeholders in one pass, and the
+built template throttles every route (arrivals on their own) and can limit each client IP's enters and requests
+with WAF. The pages under that policy in Chromium: tests/test_browser.py and tests/test_console.py."""
 
 import base64
 import hashlib
 import json
 import re
+import urllib.parse
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
-from chalicelib import page
+from chalicelib import page, polling
 from chalicelib.queue import WaitingRoom
 from tests.support.buying import mint
 
+ROOT = Path(__file__).resolve().parents[1]
+# The account's API Gateway quota per region (default; docs/identity.md "The edge").
+ACCOUNT_RATE, ACCOUNT_BURST = 10_000, 5_000
+# The deployed heartbeat timeout (.chalice/config.json), which sets how often waiting users poll.
+HEARTBEAT_S = int(
+    json.loads((ROOT / ".chalice" / "config.json").read_text())["environment_variables"]["VQ_HEARTBEAT_TIMEOUT_S"]
+)
 ENTRIES = "/virtual-queues/limited-drop/42/entries"
 PAGE = "/waiting-room/limited-drop/42"
 JSON = {"Content-Type": "application/json"}
@@ -181,3 +191,145 @@ def test_a_template_the_policy_would_break_is_refused_when_loaded(static, templa
     (static / "t.html").write_text(template)
     with pytest.raises(ValueError, match=problem):
         page.Template("t.html", {})
+
+
+# --- the template: throttling, the WAF rules, API Gateway's own answers ---
+
+
+def parameter_defaults(template):
+    return {name: spec.get("Default") for name, spec in template["Parameters"].items()}
+
+
+def route_of(resource_path):
+    """A MethodSetting's ResourcePath as the route it names ("~1" is "/")."""
+    return resource_path[1:].replace("~1", "/")
+
+
+@pytest.mark.slow
+def test_every_route_is_throttled_and_arrivals_have_a_limit_of_their_own(resources, openapi_paths):
+    settings = {(s["ResourcePath"], s["HttpMethod"]): s for s in resources["RestAPI"]["Properties"]["MethodSettings"]}
+    stage_default = settings.pop(("/*", "*"))
+    assert stage_default["ThrottlingRateLimit"] == {"Ref": "ThrottleRate"}
+    assert stage_default["ThrottlingBurstLimit"] == {"Ref": "ThrottleBurst"}
+    arrivals = {(route_of(path), method) for path, method in settings}
+    assert arrivals == {
+        ("/virtual-queues/{queue_type}/{target_id}/entries", "POST"),
+        ("/waiting-room/{queue_type}/{target_id}", "GET"),
+    }
+    for (path, method), setting in settings.items():
+        assert method.lower() in openapi_paths[route_of(path)]  # a route that exists, or the setting does nothing
+        assert setting["ThrottlingRateLimit"] == {"Ref": "ArrivalThrottleRate"}
+        assert setting["ThrottlingBurstLimit"] == {"Ref": "ArrivalThrottleBurst"}
+
+
+@pytest.mark.slow
+def test_default_limits_fit_the_account_quota_and_carry_the_default_line(template):
+    p = parameter_defaults(template)
+    # Each route has a bucket of its own: polls, enters and page loads all at their limits stay within the quota.
+    assert p["ThrottleRate"] + 2 * p["ArrivalThrottleRate"] <= ACCOUNT_RATE
+    assert max(p["ThrottleBurst"], p["ArrivalThrottleBurst"]) <= ACCOUNT_BURST
+    # A full line of the default size polls within the poll route's rate: everyone far from the front at the
+    # shortest gap the pacing gives, plus about 8 requests per admission near the front (docs/capacity.md).
+    shortest_gap_s = polling.longest_interval_ms(HEARTBEAT_S) * (1 - polling.JITTER) / 1000
+    admissions_per_s = p["BatchSize"] / (p["TickMs"] / 1000)
+    assert p["MaxWaiting"] / shortest_gap_s + 8 * admissions_per_s <= p["ThrottleRate"]
+
+
+@pytest.mark.slow
+def test_api_gateways_own_answers_are_never_stored(openapi):
+    responses = openapi["x-amazon-apigateway-gateway-responses"]
+    assert {"DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)  # every type nobody set (429 THROTTLED among them)
+    for kind, response in responses.items():
+        assert response["responseParameters"]["gatewayresponse.header.Cache-Control"] == "'no-store'", kind
+
+
+def waf_resources(resources):
+    return {name: r for name, r in resources.items() if r["Type"].startswith("AWS::WAFv2::")}
+
+
+@pytest.mark.slow
+def test_a_limit_of_0_creates_no_waf_resource_at_all(template, resources):
+    assert template["Parameters"]["EnterLimitPerIp"]["MinValue"] == 0
+    assert template["Conditions"]["EdgeWebAclOn"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "EnterLimitPerIp"}, 0]}]}
+    waf = waf_resources(resources)
+    assert set(waf) == {"EdgeWebAcl", "EdgeWebAclAssociation"}
+    assert all(r["Condition"] == "EdgeWebAclOn" for r in waf.values())
+    # Nothing unconditional refers to them (else a limit of 0 would not deploy).
+    others = json.dumps({name: r for name, r in resources.items() if name not in waf} | template.get("Outputs", {}))
+    assert not any(name in others for name in waf)
+    association = waf["EdgeWebAclAssociation"]["Properties"]
+    assert association["WebACLArn"] == {"Fn::GetAtt": ["EdgeWebAcl", "Arn"]}
+    arn = association["ResourceArn"]["Fn::Join"][1]
+    assert {"Ref": "RestAPI"} in arn and {"Ref": "RestAPI.Stage"} in arn  # the API's one stage
+
+
+def rules(resources):
+    return {rule["Name"]: rule for rule in resources["EdgeWebAcl"]["Properties"]["Rules"]}
+
+
+@pytest.mark.slow
+def test_the_waf_limits_each_client_ips_enters_and_requests_and_answers_429_with_retry_after(template, resources):
+    acl = resources["EdgeWebAcl"]["Properties"]
+    assert acl["Scope"] == "REGIONAL" and acl["DefaultAction"] == {"Allow": {}}
+    limits = {"enters-per-ip": "EnterLimitPerIp", "requests-per-ip": "RequestLimitPerIp"}
+    assert set(rules(resources)) == set(limits)
+    for name, rule in rules(resources).items():
+        rate = rule["Statement"]["RateBasedStatement"]
+        assert rate["Limit"] == {"Ref": limits[name]} and rate["EvaluationWindowSec"] == 300
+        assert rate["AggregateKeyType"] == "IP"  # the connection's address, never a header the client writes
+        response = rule["Action"]["Block"]["CustomResponse"]
+        assert response["ResponseCode"] == 429
+        headers = {h["Name"]: h["Value"] for h in response["ResponseHeaders"]}
+        assert int(headers["Retry-After"]) > 0 and headers["Cache-Control"] == "no-store"
+        body = json.loads(acl["CustomResponseBodies"][response["CustomResponseBodyKey"]]["Content"])
+        assert "code" not in body  # so a client tells the edge's 429 from the queue's QUEUE_FULL
+    assert "ScopeDownStatement" not in rules(resources)["requests-per-ip"]["Statement"]["RateBasedStatement"]
+
+
+@pytest.mark.slow
+def test_the_default_waf_limits_leave_room_for_users_behind_one_address(template, resources):
+    p = parameter_defaults(template)
+    assert (p["EnterLimitPerIp"], p["RequestLimitPerIp"]) == (1000, 10_000)
+    assert template["Parameters"]["RequestLimitPerIp"]["MinValue"] == 10  # WAF's lowest limit
+    # An address (a mobile carrier's NAT) with 300 users in line at the pacing's far-from-front rate stays under it.
+    shortest_gap_s = polling.longest_interval_ms(HEARTBEAT_S) * (1 - polling.JITTER) / 1000
+    assert 300 * 300 / shortest_gap_s <= p["RequestLimitPerIp"]
+    # Blocked anyway, they are asked back often enough to keep their place once the address is let through.
+    response = rules(resources)["requests-per-ip"]["Action"]["Block"]["CustomResponse"]
+    retry_after = int({h["Name"]: h["Value"] for h in response["ResponseHeaders"]}["Retry-After"])
+    assert 3 * (retry_after + 1) < HEARTBEAT_S  # the page adds up to a second to Retry-After
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "method, path, counted",
+    [
+        ("POST", "/api/virtual-queues/limited-drop/42/entries", True),
+        ("POST", "/api/virtual-queues/limited-drop/42/entries/", True),
+        ("POST", "/api/virtual-queues/limited-drop/42/entrie%73", True),  # decoded before matching
+        ("POST", "/virtual-queues/ticketing-event/9/entries", True),  # under a custom domain's base path
+        ("GET", "/api/virtual-queues/limited-drop/42/entries/me", False),
+        ("DELETE", "/api/virtual-queues/limited-drop/42/entries/me", False),
+        ("GET", "/api/waiting-room/limited-drop/42", False),
+        ("POST", "/api/limited-drops/42/orders", False),
+    ],
+)
+def test_the_enter_rule_counts_enters_only(resources, method, path, counted):
+    rule = rules(resources)["enters-per-ip"]
+    statements = rule["Statement"]["RateBasedStatement"]["ScopeDownStatement"]["AndStatement"]["Statements"]
+    by_method, by_path = statements[0]["ByteMatchStatement"], statements[1]["RegexMatchStatement"]
+    assert by_method["FieldToMatch"] == {"Method": {}} and by_method["PositionalConstraint"] == "EXACTLY"
+    assert by_path["FieldToMatch"] == {"UriPath": {}}
+    assert by_path["TextTransformations"] == [{"Priority": 0, "Type": "URL_DECODE"}]
+    matched = method == by_method["SearchString"] and re.search(by_path["RegexString"], urllib.parse.unquote(path))
+    assert bool(matched) == counted
+
+
+@pytest.fixture(scope="module")
+def openapi(resources):
+    return resources["RestAPI"]["Properties"]["DefinitionBody"]
+
+
+@pytest.fixture(scope="module")
+def openapi_paths(openapi):
+    return openapi["paths"]
