@@ -342,6 +342,62 @@ def test_the_page_runs_its_own_script_and_nothing_injected_into_it(shopper, stac
     shopper.errors[:] = [e for e in shopper.errors if "Content Security Policy" not in e and "CSP violation" not in e]
 
 
+def test_the_gateways_429_without_a_body_is_retried_with_backoff_and_the_place_kept(shopper, stack, target_id):
+    """API Gateway's throttle and the WAF rule answer 429 without the queue's `code`: unlike QUEUE_FULL, the page
+    treats it as trouble on the way, backs off, and carries on by itself."""
+    page, t = shopper.page, shopper.t
+    stack.configure(target_id, batch=60, tickMs=60_000)
+    stack.enter(target_id, 1)
+    throttled = {"entries": [], "entries/me": []}
+    hold = set(throttled)
+
+    def throttle(route):
+        kind = "entries/me" if route.request.url.endswith("/me") else "entries"
+        if kind not in hold:
+            return route.continue_()
+        throttled[kind].append(time.monotonic())
+        route.fulfill(status=429, body="")
+
+    page.route(f"**/limited-drop/{target_id}/entries**", throttle)
+    open_page(shopper, stack, target_id, 7)
+    expect(page.locator("#trouble")).to_be_visible(timeout=10_000)
+    wait_until(page, lambda: len(throttled["entries"]) >= 3, timeout_s=10)
+    shopper.expect_view("entering")  # not "the line is full", not an error
+    hold.discard("entries")
+    shopper.expect_view("waiting")
+    expect(page.locator("#trouble")).to_be_hidden()
+    expect(page.locator("#position")).to_have_text("2")
+
+    # Throttled while in line: the place stays in view, marked as old, and the page asks less and less often.
+    hold.add("entries/me")
+    expect(page.locator("#trouble")).to_be_visible(timeout=10_000)
+    page.wait_for_timeout(6_000)
+    polls = throttled["entries/me"]
+    gaps = [b - a for a, b in itertools.pairwise(polls)]
+    assert 2 <= len(polls) <= 5 and gaps == sorted(gaps), gaps  # 0.5-1 s, then 1-2, 2-4: never the 1 s advised
+    shopper.expect_view("waiting")
+    expect(page.locator("#last-update")).to_contain_text(re.compile(r"\d\d:\d\d:\d\d"))
+    hold.discard("entries/me")
+    expect(page.locator("#trouble")).to_be_hidden(timeout=10_000)
+    expect(page.locator("#position")).to_have_text("2")
+    assert t["reconnecting"] in page.locator("#trouble b").inner_text()
+
+
+def test_a_throttled_purchase_gives_the_pass_back(shopper, stack, target_id):
+    page, t = shopper.page, shopper.t
+    stack.configure(target_id, batch=1, tickMs=500)
+    open_page(shopper, stack, target_id, 7)
+    tick_until_view(shopper, stack, target_id, "admitted")
+    page.route(f"**/limited-drops/{target_id}/orders", lambda route: route.fulfill(status=429, body=""))
+    page.locator("#buy").click()
+    expect(page.locator("#buy-message")).to_have_text(t["busy"])
+    shopper.expect_view("admitted")
+    expect(page.locator("#buy")).to_be_enabled()
+    page.unroute(f"**/limited-drops/{target_id}/orders")
+    page.locator("#buy").click()
+    shopper.expect_view("bought")
+
+
 SNEAKER = """<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 120 120">
 <rect width="120" height="120" fill="#f1e4d3"/>
 <path d="M14 78c10-2 22-14 30-26 6 4 14 6 22 4l8 10c10 6 24 8 34 10 4 1 6 5 4 9l-2 5H16c-4 0-6-4-4-7z" fill="#c2412d"/>

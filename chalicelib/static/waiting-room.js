@@ -331,11 +331,11 @@
     if (answer && answer.status >= 200 && answer.status < 300) {
       return bought({ orderId: answer.body && answer.body.orderId });
     }
-    if (!answer || answer.status >= 500) {
-      // A failed purchase gives the pass back.
+    if (!answer || !fromQueue(answer)) {
+      // A failed purchase gives the pass back: the shop's trouble, or the gateway's (a 429 without a code: busy).
       $("buy").disabled = false;
       $("buy").textContent = t.buy;
-      $("buy-message").textContent = t.shopTrouble;
+      $("buy-message").textContent = answer && answer.status === 429 ? t.busy : t.shopTrouble;
       return;
     }
     switch (answer.code) {
