@@ -522,7 +522,7 @@ def summary(report: dict, out: Path) -> str:
             f"{report['load']['windows']} windows with a long line",
             f"  cost        ${cost['paced']['total']:.2f} at list prices (gateway ${cost['paced']['api_gateway']:.2f}, "
             f"Lambda ${cost['paced']['lambda_requests'] + cost['paced']['lambda_gb_seconds']:.2f}, cache "
-            f"${cost['paced']['cache']:.2f}); polling every {FIXED_POLL_S} s: "
+            f"${cost['paced']['cache']:.2f}, WAF ${cost['paced']['waf']:.2f}); polling every {FIXED_POLL_S} s: "
             f"${cost['fixed_2.5s_poll']['total']:.2f}",
             f"  latency     {latency}",
             f"  API         answered {report['api']['requests']} requests ({report['api']['per_s']}/s); they waited "

@@ -25,6 +25,11 @@ LAMBDA_PER_GB_SECOND = 0.0000166667
 # and the figure was written down without a source. Check it before relying on it; at two nodes it is cents
 # for a sale of minutes, beside dollars of gateway fees.
 CACHE_NODE_HOUR = {"cache.r7g.large": 0.175}
+# AWS WAF (the same in every region): a web ACL and each of its rules a month, and per million requests it
+# inspects, allowed or blocked, on every route of the stage (infra/edge.yaml: one ACL, two rules).
+WAF_WEB_ACL_PER_MONTH = 5.00
+WAF_RULE_PER_MONTH = 1.00
+WAF_PER_MILLION = 0.60
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class Deployment:
     memory_mb: int = 1024
     cache_node_type: str = "cache.r7g.large"
     cache_nodes: int = 2  # one shard, one replica
+    waf_rules: int = 2  # the web ACL's rate rules (infra/edge.yaml); 0: no web ACL (EnterLimitPerIp 0)
 
 
 @dataclass(frozen=True)
@@ -57,13 +63,14 @@ def sale_cost(load: SaleLoad, deployment: Deployment = Deployment()) -> dict:
         "lambda_requests": invocations / 1e6 * LAMBDA_PER_MILLION,
         "lambda_gb_seconds": gb_seconds * LAMBDA_PER_GB_SECOND,
         "cache": deployment.cache_nodes * CACHE_NODE_HOUR[deployment.cache_node_type] * load.duration_s / 3600,
+        "waf": load.api_requests / 1e6 * WAF_PER_MILLION if deployment.waf_rules else 0.0,
     }
     return {**{name: round(usd, 4) for name, usd in items.items()}, "total": round(sum(items.values()), 4)}
 
 
 def idle_cost(deployment: Deployment = Deployment()) -> dict:
-    """What the stack costs a month with no sale, in USD, by item: the cache's nodes and the pump, which run
-    whether or not anyone waits. Left out: secrets, the dashboard, alarms and logs (a few dollars, much of it
+    """What the stack costs a month with no sale, in USD, by item: the cache's nodes, the pump and the web ACL,
+    which run whether or not anyone waits. Left out: secrets, the dashboard, alarms and logs (a few dollars, much of it
     within the free tier), and the network the stack runs in (a NAT gateway or VPC endpoints)."""
     gb = deployment.memory_mb / 1024
     pump_runs = HOURS_PER_MONTH * 60
@@ -71,6 +78,7 @@ def idle_cost(deployment: Deployment = Deployment()) -> dict:
         "cache": deployment.cache_nodes * CACHE_NODE_HOUR[deployment.cache_node_type] * HOURS_PER_MONTH,
         "pump_lambda": pump_runs / 1e6 * LAMBDA_PER_MILLION
         + gb * pump_runs * PUMP_SECONDS_PER_MINUTE * LAMBDA_PER_GB_SECOND,
+        "waf": WAF_WEB_ACL_PER_MONTH + deployment.waf_rules * WAF_RULE_PER_MONTH if deployment.waf_rules else 0.0,
     }
     return {**{name: round(usd, 2) for name, usd in items.items()}, "total": round(sum(items.values()), 2)}
 
