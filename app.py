@@ -38,8 +38,9 @@ app = Chalice(app_name="virtual-queue", configure_logs=False)
 # matches every answer's Content-Type and the request's Accept against them (three times a request).
 app.api.binary_types = []
 
-# Refuse to start without signing keys. The Chalice CLI imports this module only to read the
-# routes (package, deploy), without the runtime's secrets, so it is spared the check.
+# Refuse to start on a malformed configuration (no network: keys in Secrets Manager are read on first use, so
+# a cold start that cannot reach them answers 503 and heals; tokens.py). The Chalice CLI imports this module
+# only to read the routes (package, deploy), without the runtime's settings, so it is spared the check.
 if not os.environ.get("AWS_CHALICE_CLI_MODE"):
     runtime.settings()
 
@@ -167,7 +168,7 @@ def purchase_authorizer(event, context):
     """API Gateway REQUEST authorizer of the purchase routes: Allow exactly this method ARN for a valid
     entry token of the route's target and the caller's X-User-Id, else Deny. Needs no Redis; never raises."""
     verdict = gate.authorize(runtime.signer(), event, time.time(), runtime.switch().queue_enabled)
-    if not verdict.allowed:
+    if not verdict.allowed and not verdict.keys_unavailable:  # that one the signer counted already
         # Only a denial logs, so only a denial gathers what its line carries: the request id and the function's
         # context (Powertools' inject_lambda_context on every call cost a third of an Allow). The event is never
         # logged: it carries the entry token.
@@ -233,13 +234,14 @@ for _kind in TARGET_TYPES.values():
 @logger.inject_lambda_context
 @metrics.log_metrics
 def admission_pump(event, context):
-    """Every minute from EventBridge (infra/pump.yaml): tick until shortly before the deadline.
-    `{"ticks": N}` runs exactly N ticks. Answers the run's totals."""
+    """Every minute from EventBridge (infra/pump.yaml): tick until shortly before the deadline, or return at
+    once while no target is registered or open. `{"ticks": N}` runs exactly N ticks. Answers the run's totals."""
     # Loaded here, not with the routes: the API's functions never run the pump, and load this module cold.
     from chalicelib.pump import Pump, ticks_requested
 
     pump = Pump(runtime.store(), runtime.settings(), publisher=runtime.publisher())
-    return pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis).to_body()
+    run = pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis, until_idle=True)
+    return run.to_body()
 
 
 # --- the switch's fast route ---

@@ -105,10 +105,17 @@ class Pump:
         self._wake_every_ms = self.tick_ms
         self.max_waiting = settings.max_waiting
 
-    def run(self, ticks: int | None = None, remaining_ms: Callable[[], float] | None = None) -> PumpRun:
+    def run(
+        self, ticks: int | None = None, remaining_ms: Callable[[], float] | None = None, until_idle: bool = False
+    ) -> PumpRun:
         """Run exactly `ticks` ticks; or, without `ticks`, until shortly before the deadline `remaining_ms()`
-        reports (or the run window ends), or forever without a deadline (the local loop). Never raises for
+        reports (or the run window ends), or forever without a deadline (the local loop). With `until_idle`
+        (the scheduled runs) and no `ticks`, return at once while no target is registered or open, and stop
+        after a tick that found none (docs/deploy.md: the pump while nothing is on sale). Never raises for
         Redis trouble; releases the lock at the end."""
+        until_idle = until_idle and ticks is None
+        if until_idle and not self._has_work():
+            return PumpRun(ticks=0, admitted=0, evicted=0, errors=0)
         started = self.clock()
         done = admitted = evicted = errors = 0
         if self.events is not None:
@@ -125,6 +132,8 @@ class Pump:
                         admitted += result.admitted
                         evicted += result.evicted
                 if ticks is not None and done >= ticks:
+                    break
+                if until_idle and report.held_lock and not report.targets and not self._has_work():
                     break
                 delay_ms = self._ms_to_next_tick()
                 if (
@@ -195,6 +204,13 @@ class Pump:
                 count("PumpErrors")
                 errors += 1
         return TickReport(held_lock=True, targets=results, errors=errors)
+
+    def _has_work(self) -> bool:
+        try:
+            return self.store.pump_has_work(int(self.clock() * 1000))
+        except REDIS_FAILURES:
+            # Unknown is not idle: tick, and let the tick count the failure.
+            return True
 
     def _open(self, target: Target, now_ms: int) -> int:
         """Run the target's opening draw; the number of errors (0 or 1): a failed draw is retried next tick."""

@@ -41,6 +41,11 @@ KNOWN_SINCE = "known_since_ms"
 # The outbox (lua/outbox.lua): how long a stream outlives its last event when nothing publishes it. A
 # registration for the sake of events lasts as long.
 OUTBOX_TTL_MS = 86_400_000
+# A target an operator opened keeps the scheduled pump ticking from OPEN_LOOKAHEAD_MS before its opening (or its
+# configuration, when it opens at once) to OPEN_KEPT_MS after, users or not (docs/deploy.md: what it costs idle):
+# two EventBridge periods ahead, so the run that starts before the opening is already ticking at it.
+OPEN_LOOKAHEAD_MS = 120_000
+OPEN_KEPT_MS = 1_800_000
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class QueueStore:
         self.targets_key = f"{prefix}:targets"
         self.pump_lock_key = f"{prefix}:pump-lock"
         self.flag_key = f"{prefix}:flag"
+        self.open_key = f"{prefix}:open"  # target -> its opening (ms): what keeps the scheduled pump awake
         # A target's key names, built once rather than on every call (a poll would build 18 names to send 10).
         # Bounded: a request can name any target id.
         self.keys: Callable[[Target], QueueKeys] = functools.lru_cache(maxsize=4096)(
@@ -338,6 +344,7 @@ class QueueStore:
             self._guarded(self.client.hsetnx, k.config, "flag_version", stored[0])
         if self.outbox["outbox_cap"]:
             self._register(target, OUTBOX_TTL_MS)
+        self._mark_open(target, max(now_ms, config.opens_at_ms or 0), now_ms)
 
     def observe_purchase(
         self,
@@ -480,6 +487,26 @@ class QueueStore:
         except REDIS_FAILURES:
             # The user is in line all the same; an enter after the registration lapses registers again.
             logger.warning("target registration failed", extra={"target": str(target)})
+
+    def _mark_open(self, target: Target, opening_ms: int, now_ms: int) -> None:
+        # Outside the targets' slots, like the registry. The key lives as long as its latest opening needs:
+        # NX gives a new key its TTL, GT only ever lengthens it.
+        ttl_ms = opening_ms - now_ms + OPEN_KEPT_MS
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(self.open_key, {str(target): opening_ms})
+        pipe.zremrangebyscore(self.open_key, "-inf", now_ms - OPEN_KEPT_MS)
+        pipe.pexpire(self.open_key, ttl_ms, nx=True)
+        pipe.pexpire(self.open_key, ttl_ms, gt=True)
+        self._guarded(pipe.execute)
+
+    def pump_has_work(self, now_ms: int) -> bool:
+        """Whether any target is registered (users in line or in a pre-queue, events to publish) or open: its
+        opening (or configuration) within OPEN_LOOKAHEAD_MS ahead or OPEN_KEPT_MS behind `now_ms`."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.targets_key)
+        pipe.zcount(self.open_key, now_ms - OPEN_KEPT_MS, now_ms + OPEN_LOOKAHEAD_MS)
+        registered, opening = pipe.execute()
+        return registered > 0 or opening > 0
 
     def pump_lock(self, lease_ms: int) -> Lock:
         """The one pump lock (redis-py's Lock: SET NX PX with an owner token; only the owner extends or releases)."""

@@ -14,9 +14,10 @@ from redis.exceptions import LockNotOwnedError
 from chalicelib import runtime
 from chalicelib.answers import TargetTick
 from chalicelib.errors import NotInQueue
-from chalicelib.pump import RUN_WINDOW_MS, STOP_BEFORE_DEADLINE_MS, Pump, ticks_requested
+from chalicelib.pump import RUN_WINDOW_MS, STOP_BEFORE_DEADLINE_MS, Pump, PumpRun, ticks_requested
 from chalicelib.redis_connection import connect
-from chalicelib.store import QueueStore
+from chalicelib.store import OPEN_KEPT_MS, OPEN_LOOKAHEAD_MS, QueueStore
+from chalicelib.target_config import iso_time, parse_config
 from chalicelib.targets import Target
 from tests.support.ticks import server_ms, wait_for_next_tick
 
@@ -381,7 +382,7 @@ def test_the_lambda_entry_point_runs_the_requested_ticks(env, api, client, store
 
 
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")
-def test_the_lambda_entry_point_takes_the_scheduled_event_as_run_until_the_deadline(env, api):
+def test_the_lambda_entry_point_takes_the_scheduled_event_as_run_until_the_deadline_or_idle(env, api):
     env(VQ_TICK_MS=100)
     event = api.events.generate_cw_event(
         source="aws.events",
@@ -389,7 +390,9 @@ def test_the_lambda_entry_point_takes_the_scheduled_event_as_run_until_the_deadl
         detail={},
         resources=["arn:aws:events:rule/pump"],
     )
+    assert api.lambda_.invoke("admission_pump", event).payload["ticks"] == 0  # nothing on sale: back at once
 
+    fill(runtime.waiting_room(), DROP, [1, 2])
     # The test client's Lambda context has about 3 s left: one tick, then it is time to stop.
     assert api.lambda_.invoke("admission_pump", event).payload["ticks"] == 1
 
@@ -398,3 +401,70 @@ def test_the_lambda_entry_point_takes_the_scheduled_event_as_run_until_the_deadl
 def test_a_malformed_ticks_request_is_refused(event):
     with pytest.raises(ValueError):
         ticks_requested(event)
+
+
+# --- the scheduled pump while nothing is on sale (docs/deploy.md: what it costs idle) ---
+
+
+def test_a_scheduled_run_returns_at_once_while_no_target_is_registered_or_open(env, client, store):
+    env(VQ_TICK_MS=100)
+
+    def sleep(seconds):
+        raise AssertionError("an idle run must not wait for a tick")
+
+    run = Pump(store, runtime.settings(), sleep=sleep).run(remaining_ms=lambda: 60_000.0, until_idle=True)
+
+    assert run == PumpRun(ticks=0, admitted=0, evicted=0, errors=0)
+    assert client.get(store.pump_lock_key) is None  # not even the lock was taken
+    assert Pump(store, runtime.settings()).run(ticks=1, until_idle=True).ticks == 1  # asked for ticks: ticks
+
+
+def test_an_opened_target_keeps_the_scheduled_pump_ticking_and_its_first_user_is_admitted_at_the_next_tick(env, store):
+    env(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
+    room = runtime.waiting_room()
+    room.configure(DROP, parse_config(b"{}"))  # opened at once, nobody in line yet
+    ticks = []  # per tick: how many the pump admitted
+    entered_after_tick = []
+
+    class Recording(QueueStore):
+        def admit_and_evict_all(self, targets, rules):
+            answer = super().admit_and_evict_all(targets, rules)
+            ticks.append(sum(r.admitted for r in answer.values() if isinstance(r, TargetTick)))
+            return answer
+
+    def sleep(seconds):
+        time.sleep(seconds)
+        if len(ticks) == 3:
+            room.enter(DROP, 1)  # the sale's first user, while the pump is between ticks
+            entered_after_tick.append(len(ticks))
+
+    pump = Pump(Recording(store.client, store.prefix), runtime.settings(), sleep=sleep)
+    run = pump.run(remaining_ms=lambda: 60_000.0 if len(ticks) < 6 else 0.0, until_idle=True)
+
+    assert entered_after_tick == [3]
+    assert ticks[:3] == [0, 0, 0]  # awake for the open target although nobody waited
+    assert ticks[3] == 1 and run.admitted == 1  # the tick right after the first enter admitted it
+
+
+def test_the_pump_is_awake_from_shortly_before_an_opening_until_long_after_it(env, client, store):
+    env(VQ_TICK_MS=100)
+    now_ms = server_ms(client)
+    opening_ms = now_ms + 600_000
+    runtime.waiting_room().configure(DROP, parse_config(json.dumps({"opensAt": iso_time(opening_ms)}).encode()))
+
+    assert not store.pump_has_work(now_ms)  # ten minutes ahead: nothing to do yet
+    assert store.pump_has_work(opening_ms - OPEN_LOOKAHEAD_MS)  # the run that starts before it ticks through it
+    assert store.pump_has_work(opening_ms + OPEN_KEPT_MS)
+    assert not store.pump_has_work(opening_ms + OPEN_KEPT_MS + 1)
+    assert 0 < opening_ms + OPEN_KEPT_MS - now_ms - client.pttl(store.open_key) < 10_000  # and the key expires
+
+
+def test_a_scheduled_run_stops_after_a_tick_that_found_nothing_on_sale(env, store):
+    env(VQ_TICK_MS=100)
+    room = runtime.waiting_room()
+    room.leave(DROP, 1, room.enter(DROP, 1).queue_ticket)  # registered, then nobody left in line
+
+    run = Pump(store, runtime.settings()).run(remaining_ms=lambda: 60_000.0, until_idle=True)
+
+    assert run.ticks == 2  # the first forgets the idle target, the second finds nothing
+    assert store.registered_targets() == {}

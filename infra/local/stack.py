@@ -194,10 +194,12 @@ class LocalStack:
 
     def _pump_loop(self) -> None:
         # The local stand-in for the EventBridge schedule: one run after another (each ends after the run
-        # window, like a Lambda invocation) until the stack stops.
+        # window, or at once while nothing is on sale, like a Lambda invocation) until the stack stops; idle, it
+        # looks again after a tick rather than a minute.
         try:
             while True:
-                self.pump.run(remaining_ms=lambda: math.inf)
+                if not self.pump.run(remaining_ms=lambda: math.inf, until_idle=True).ticks:
+                    self._pump_sleep(self.pump.tick_ms / 1000)
         except _Stopped:
             pass
 
