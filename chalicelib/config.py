@@ -22,6 +22,7 @@ from chalicelib.targets import TARGET_TYPES
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 MIN_SECRET_LENGTH = 32
+ORIGIN_TIMEOUT_MAX_MS = 10_000
 
 
 class ConfigError(RuntimeError):
@@ -116,7 +117,10 @@ class Settings:
 
     redis_url: str | None
     key_prefix: str
-    keyring: Keyring | None  # None: this function signs nothing (VQ_SIGNS_TOKENS=false)
+    # From VQ_TOKEN_KEYS; None when this function signs nothing, or when the keys are in Secrets Manager
+    # (`keys_secret_id`), where the signer reads them on first use (tokens.py), never at start-up.
+    keyring: Keyring | None
+    signs_tokens: bool = True
     redis_cluster: bool = False
     redis_auth_secret_id: str | None = None
     batch_size: int = 100
@@ -212,10 +216,12 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     problem = polling.heartbeat_problem(heartbeat_timeout_s)
     if problem:
         raise ConfigError(f"VQ_HEARTBEAT_TIMEOUT_S: {problem}")
+    signs_tokens = _choice(env, "VQ_SIGNS_TOKENS", {"true": True, "false": False}, "true")
     return Settings(
         redis_url=env.get("REDIS_URL") or None,
         key_prefix=prefix,
-        keyring=load_keyring(env) if _choice(env, "VQ_SIGNS_TOKENS", {"true": True, "false": False}, "true") else None,
+        keyring=load_keyring(env) if signs_tokens and not env.get("VQ_TOKEN_KEYS_SECRET_ID") else None,
+        signs_tokens=signs_tokens,
         redis_cluster=_choice(env, "VQ_REDIS_CLUSTER", {"true": True, "false": False}, "false"),
         redis_auth_secret_id=env.get("VQ_REDIS_AUTH_SECRET_ID") or None,
         batch_size=_positive_int(env, "VQ_BATCH_SIZE", 100),
@@ -229,7 +235,8 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         catchup_ticks=_positive_int(env, "VQ_CATCHUP_TICKS", 5),
         pump_lease_ticks=_positive_int(env, "VQ_PUMP_LEASE_TICKS", 3),
         origins={kind.name: _origin_url(env, kind.origin_variable) for kind in TARGET_TYPES.values()},
-        origin_timeout_ms=_positive_int(env, "VQ_ORIGIN_TIMEOUT_MS", 5000),
+        # At most 10 s, so a purchase fits the API function's timeout (docs/deploy.md: timeouts).
+        origin_timeout_ms=_bounded_int(env, "VQ_ORIGIN_TIMEOUT_MS", 5000, 100, ORIGIN_TIMEOUT_MAX_MS),
         keys_max_age_s=_positive_int(env, "VQ_KEYS_MAX_AGE_S", 300),
         keys_secret_id=env.get("VQ_TOKEN_KEYS_SECRET_ID") or None,
         appconfig=_appconfig(env),

@@ -89,6 +89,11 @@ class QueueUnavailable(QueueError):
         super().__init__("the waiting room is briefly unavailable; try again", {"Retry-After": str(retry_after_s)})
 
 
+class SigningKeysUnavailable(QueueUnavailable):
+    """The signing keys could not be read (a cold start with Secrets Manager out of reach, or a malformed secret):
+    nothing can be signed or verified. The first request after Retry-After reads them again."""
+
+
 class QueueClosed(QueueError):
     """The target is past its closesAt: nobody new gets in line."""
 

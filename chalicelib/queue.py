@@ -112,6 +112,7 @@ class WaitingRoom:
 
     def enter(self, target: Target, user_id: int) -> QueueEntry:
         """Join the line (idempotent); the first entry also answers the queue ticket."""
+        self.signer.ready()  # a place given without its ticket could never be polled
         now = self.clock()
         grant = self._grant(now)
         try:

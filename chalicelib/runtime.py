@@ -28,12 +28,18 @@ def settings() -> Settings:
 @functools.cache
 def signer() -> TokenSigner:
     s = settings()
-    if s.keyring is None:
+    if not s.signs_tokens:
         raise ConfigError("this function was started without signing keys (VQ_SIGNS_TOKENS=false)")
-    # Keys from Secrets Manager are read again now and then, so a rotation reaches running containers. The
-    # provider is taken here: the refresh runs in the background and must not build clients there.
-    refresh = functools.partial(load_keyring, secrets=aws.secrets()) if s.keys_secret_id else None
-    return TokenSigner(s.keyring, refresh=refresh, max_age_s=s.keys_max_age_s)
+    if not s.keys_secret_id:
+        return TokenSigner(s.keyring)
+    # Keys from Secrets Manager are read on first use, then again now and then, so a rotation reaches running
+    # containers. The provider is taken here: the refresh runs in the background and must not build clients there.
+    return TokenSigner(
+        None,
+        refresh=functools.partial(load_keyring, secrets=aws.secrets()),
+        max_age_s=s.keys_max_age_s,
+        retry_after_s=s.retry_after_s,
+    )
 
 
 @functools.cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import time
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from re import Match, Pattern
 
 from chalicelib.config import ConfigError, Keyring
-from chalicelib.observability import logger
+from chalicelib.errors import SigningKeysUnavailable
+from chalicelib.observability import count, logger
 from chalicelib.refresh import BackgroundRefresh
 from chalicelib.targets import TARGET_TYPES, Target
 
@@ -100,31 +102,63 @@ class TokenSigner:
     """Mints and reads entry tokens and queue tickets with the keys of a keyring.
 
     With `refresh`, the keyring is fetched again every `max_age_s` (key rotation through Secrets Manager), in
-    the background: a call never waits for it and uses the keys in hand, as after a failed refresh.
+    the background: a call never waits for it and uses the keys in hand, as after a failed refresh. Without a
+    keyring at hand (`keyring` None: a cold start), the first call fetches it; if that fails, the call and every
+    other until `retry_after_s` has passed raise SigningKeysUnavailable (503), and the next one after tries again.
     """
 
     def __init__(
         self,
-        keyring: Keyring,
+        keyring: Keyring | None,
         refresh: Callable[[], Keyring] | None = None,
         max_age_s: float = 300,
         clock: Callable[[], float] = time.monotonic,
+        retry_after_s: float = 1,
     ) -> None:
+        if keyring is None and refresh is None:
+            raise ValueError("a signer without a keyring needs a way to fetch one (refresh)")
         self._keyring = keyring
         self._refresh = refresh
         self._max_age_s = max_age_s
         self._clock = clock
         self._fresh_until = clock() + max_age_s
+        self._retry_after_s = retry_after_s
+        self._retry_at = float("-inf")
         self._macs_keyring: Keyring | None = None
         self._macs: dict[str, hmac.HMAC] = {}
         self.refreshing = BackgroundRefresh(self._fetch_keyring, "signing-keys-refresh")
 
     @property
     def keyring(self) -> Keyring:
+        keyring = self._keyring
+        if keyring is None:
+            return self._first_keyring()
         if self._refresh is not None and self._clock() >= self._fresh_until:
             self._fresh_until = self._clock() + self._max_age_s
             self.refreshing.start()
-        return self._keyring
+        return keyring
+
+    def ready(self) -> None:
+        """Raise SigningKeysUnavailable unless the keys are at hand (fetching them on a cold start): a caller
+        checks before it changes anything that it will have to answer with a ticket or a token."""
+        self.keyring  # noqa: B018 (the property fetches)
+
+    def _first_keyring(self) -> Keyring:
+        # On the request's time: nothing can be answered without the keys. Never raised at start-up, so a
+        # container that cannot reach Secrets Manager answers 503 and heals, rather than failing every start.
+        if self._clock() < self._retry_at:
+            raise SigningKeysUnavailable(math.ceil(self._retry_after_s))
+        assert self._refresh is not None
+        try:
+            keyring = self._refresh()
+        except ConfigError as err:
+            self._retry_at = self._clock() + self._retry_after_s
+            logger.error("signing keys unavailable; answering 503 until they are read", extra={"reason": str(err)})
+            count("SigningKeysUnavailable")
+            raise SigningKeysUnavailable(math.ceil(self._retry_after_s)) from None
+        self._fresh_until = self._clock() + self._max_age_s
+        self._keyring = keyring
+        return keyring
 
     def _fetch_keyring(self) -> None:
         assert self._refresh is not None

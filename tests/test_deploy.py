@@ -14,7 +14,7 @@ import redis
 from moto import mock_aws
 
 from chalicelib import aws, runtime
-from chalicelib.config import ConfigError, Keyring, load_settings
+from chalicelib.config import ConfigError, Keyring, load_keyring, load_settings
 from chalicelib.observability import count
 from chalicelib.pump import Pump
 from chalicelib.redis_connection import connect
@@ -497,13 +497,13 @@ def test_flat_signing_key_secret_signs_with_the_active_key_and_verifies_with_all
     aws.reset()
     client = boto3.client("secretsmanager", region_name="us-east-1")
     client.create_secret(Name="vq/flat", SecretString=json.dumps({"activeKid": "k2", "k1": "s" * 40, "k2": "t" * 40}))
-    keyring = load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"}).keyring
+    keyring = load_keyring({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"})
     assert keyring.active_kid == "k2" and keyring.secrets == {"k1": b"s" * 40, "k2": b"t" * 40}
 
     client.put_secret_value(SecretId="vq/flat", SecretString=json.dumps({"activeKid": "k3", "k1": "s" * 40}))
     aws.reset()
     with pytest.raises(ConfigError, match="k3"):
-        load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"})
+        load_keyring({"VQ_TOKEN_KEYS_SECRET_ID": "vq/flat"})
     aws.reset()
 
 

@@ -10,7 +10,7 @@ import pytest
 from moto import mock_aws
 
 from chalicelib import aws, flags, runtime, waits
-from chalicelib.config import ConfigError, load_settings
+from chalicelib.config import ConfigError, load_keyring, load_settings
 from chalicelib.errors import QueueFull
 from chalicelib.observability import logger
 from chalicelib.targets import Target
@@ -300,16 +300,17 @@ def test_signing_keys_come_from_secrets_manager(monkeypatch):
     keys = {"activeKid": "k2", "keys": {"k1": "s" * 40, "k2": "t" * 40}}
     client.create_secret(Name="vq/signing-keys", SecretString=json.dumps(keys))
     env = {"VQ_TOKEN_KEYS_SECRET_ID": "vq/signing-keys"}
-    keyring = load_settings(env).keyring
+    keyring = load_keyring(env)
     assert keyring.active_kid == "k2" and keyring.secrets["k1"] == b"s" * 40
     assert "sss" not in repr(keyring)
 
     with pytest.raises(ConfigError, match="vq/absent"):
-        load_settings({"VQ_TOKEN_KEYS_SECRET_ID": "vq/absent"})
+        load_keyring({"VQ_TOKEN_KEYS_SECRET_ID": "vq/absent"})
     client.put_secret_value(SecretId="vq/signing-keys", SecretString="not json")
     aws.reset()
     with pytest.raises(ConfigError, match="activeKid"):
-        load_settings(env)
+        load_keyring(env)
+    assert load_settings(env).keyring is None  # never read at start-up: the signer reads it on first use
 
 
 @mock_aws
