@@ -8,6 +8,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -92,3 +93,23 @@ def count(name: str, target: object = None, value: float = 1, unit: MetricUnit =
     }
     emf = {"_aws": {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": [directive]}, **dimensions, name: value}
     print(json.dumps(emf, separators=(",", ":")))
+
+
+class Tally:
+    """A count too frequent to file per request (a line of log each): added up in the container and filed as one
+    value of `name` at most every `every_s`, the first at once. What a container counted after its last filing
+    is lost with it; the signal is "any in this minute", not an exact sum."""
+
+    def __init__(self, name: str, every_s: float = 60, clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self._every_s = every_s
+        self._clock = clock
+        self._counted = 0
+        self._due = float("-inf")
+
+    def add(self, n: int = 1) -> None:
+        self._counted += n
+        now = self._clock()
+        if now >= self._due:
+            count(self.name, value=self._counted)
+            self._counted, self._due = 0, now + self._every_s

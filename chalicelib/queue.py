@@ -35,12 +35,16 @@ from chalicelib.errors import (
     UnknownTarget,
 )
 from chalicelib.flags import Decision, QueueSwitch
-from chalicelib.observability import count, logger
+from chalicelib.observability import Tally, count, logger
 from chalicelib.redis_connection import StoreFull, StoreUnavailable
 from chalicelib.store import Defaults, QueueStore
 from chalicelib.target_config import TargetConfig, iso_time
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner
+
+# Polls that found their user still waiting: beside the pump's ticks, what tells a stalled pump from an idle one
+# (the PumpStalledAlarm, docs/alarms.md).
+WAITING_POLLS = Tally("WaitingPolls", every_s=30)
 
 
 @dataclass  # not frozen: made on every request (see chalicelib/answers.py's places)
@@ -175,7 +179,9 @@ class WaitingRoom:
             return self._direct(target, user_id, now)
         if isinstance(place, OtherEntry):
             raise _other_entry()
-        if isinstance(place, Admitted) and place.issued_now:
+        if isinstance(place, (Waiting, PreQueued)):
+            WAITING_POLLS.add()
+        elif isinstance(place, Admitted) and place.issued_now:
             count("TokensIssued", target)
             count("WaitSeconds", target, max(0.0, now - ticket.entered_at_ms / 1000), MetricUnit.Seconds)
         return self._answer(target, user_id, place, now)

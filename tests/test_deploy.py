@@ -13,9 +13,9 @@ import pytest
 import redis
 from moto import mock_aws
 
-from chalicelib import aws, runtime
-from chalicelib.config import ConfigError, Keyring, load_keyring, load_settings
-from chalicelib.observability import count
+from chalicelib import aws, queue, runtime
+from chalicelib.config import ORIGIN_TIMEOUT_MAX_MS, ConfigError, Keyring, load_keyring, load_settings
+from chalicelib.observability import Tally, count
 from chalicelib.pump import Pump
 from chalicelib.redis_connection import connect
 from chalicelib.target_config import parse_config
@@ -310,16 +310,36 @@ def test_functions_memory_is_a_parameter_with_a_default_past_lambdas_128_mb(temp
 
 
 @pytest.mark.slow
-def test_pump_reserved_concurrency_is_optional_and_off_by_default(template, resources):
-    # Accounts with a low concurrency quota refuse any reservation; the pump is correct without one.
-    assert template["Parameters"]["PumpReservedConcurrency"]["Default"] == 0
-    assert template["Conditions"]["PumpReserved"] == {
-        "Fn::Not": [{"Fn::Equals": [{"Ref": "PumpReservedConcurrency"}, 0]}]
-    }
-    assert resources["AdmissionPump"]["Properties"]["ReservedConcurrentExecutions"] == {
-        "Fn::If": ["PumpReserved", {"Ref": "PumpReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
-    }
+def test_the_pump_has_a_reservation_and_the_api_an_optional_cap_so_a_burst_cannot_starve_admissions(
+    template, resources
+):
+    # Reserved by default (accounts whose quota is under 102 refuse it: 0 turns it off); the API uncapped by
+    # default, as only the operator knows the account's quota (docs/deploy.md: the sizing rule).
+    assert template["Parameters"]["PumpReservedConcurrency"]["Default"] == 2
+    assert template["Parameters"]["ApiMaxConcurrency"]["Default"] == 0
+    for function, condition, parameter in (
+        ("AdmissionPump", "PumpReserved", "PumpReservedConcurrency"),
+        ("APIHandler", "ApiCapped", "ApiMaxConcurrency"),
+    ):
+        assert template["Conditions"][condition] == {"Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, 0]}]}
+        assert resources[function]["Properties"]["ReservedConcurrentExecutions"] == {
+            "Fn::If": [condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]
+        }
     assert "reserved_concurrency" not in json.dumps(json.loads((ROOT / ".chalice" / "config.json").read_text()))
+
+
+@pytest.mark.slow
+def test_the_api_function_ends_before_api_gateway_gives_up_and_every_outbound_budget_fits_inside(resources):
+    # API Gateway's integration timeout is 29 s (an EDGE API cannot raise it): a longer function only leaves
+    # zombie invocations. The worst request (docs/deploy.md: timeouts) reads both secrets on a cold start, makes
+    # its Redis calls and waits for the shop.
+    timeout = resources["APIHandler"]["Properties"]["Timeout"]
+    config = aws.CLIENT_CONFIG
+    secret_read_s = (config.connect_timeout + config.read_timeout) * config.retries["total_max_attempts"]
+    redis_call_s = 0.2 + 0.5  # connect() in chalicelib/redis_connection.py
+    worst_s = 2 * secret_read_s + 4 * redis_call_s + ORIGIN_TIMEOUT_MAX_MS / 1000
+    assert worst_s < timeout < 29
+    assert resources["PurchaseAuthorizer"]["Properties"]["Timeout"] > secret_read_s + 1
 
 
 @pytest.mark.slow
@@ -353,7 +373,28 @@ def test_api_gateway_calls_the_alias_that_optional_provisioned_concurrency_is_on
 def emitted_names():
     """Every metric name the code emits, read from its source."""
     source = "\n".join(path.read_text() for path in [ROOT / "app.py", *(ROOT / "chalicelib").glob("*.py")])
-    return set(re.findall(r'count\(\s*"(\w+)"', source)) | set(re.findall(r'add_metric\(\s*name="(\w+)"', source))
+    return (
+        set(re.findall(r'count\(\s*"(\w+)"', source))
+        | set(re.findall(r'add_metric\(\s*name="(\w+)"', source))
+        | set(re.findall(r'Tally\(\s*"(\w+)"', source))
+    )
+
+
+# What AWS files and the alarms read, per namespace: the Lambda developer guide ("Types of metrics for Lambda
+# functions"), API Gateway's ("Amazon API Gateway dimensions and metrics"), ElastiCache's ("Host-level metrics",
+# "Metrics for Valkey and Redis OSS", "Serverless metrics").
+AWS_METRICS = {
+    "AWS/Lambda": {"Errors", "Throttles", "Invocations", "AsyncEventsDropped", "Duration"},
+    "AWS/ApiGateway": {"Count", "5XXError", "4XXError", "Latency", "IntegrationLatency"},
+    "AWS/ElastiCache": {
+        "DatabaseMemoryUsagePercentage",
+        "EngineCPUUtilization",
+        "ReplicationLag",
+        "BytesUsedForCache",
+        "ElastiCacheProcessingUnits",
+        "ThrottledCmds",
+    },
+}
 
 
 def alarm_metrics(alarm):
@@ -363,41 +404,76 @@ def alarm_metrics(alarm):
 
 
 @pytest.mark.slow
-def test_alarms_watch_metrics_the_code_emits_for_the_whole_service(resources):
+def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
     alarms = of_type(resources, "AWS::CloudWatch::Alarm")
     watched = {
-        name: {m["MetricName"] for m in alarm_metrics(alarm) if m["Namespace"] == "VirtualQueue"}
-        for name, alarm in alarms.items()
+        name: {f"{m['Namespace']}:{m['MetricName']}" for m in alarm_metrics(alarm)} for name, alarm in alarms.items()
     }
+    ours = "VirtualQueue:"
     assert watched == {
-        "QueueNearCapacityAlarm": {"QueueFullPercent"},
-        "AdmissionBelowTargetAlarm": {"Admitted", "TargetRatePerSec"},
-        "BypassDeniedAlarm": {"BypassDenied"},
-        "RedisDegradedAlarm": {"RedisDegraded"},
-        "RedisOutOfMemoryAlarm": {"RedisOutOfMemory"},
-        "PumpErrorsAlarm": {"PumpErrors"},
-        "EventsDroppedAlarm": {"EventsDropped"},
+        "QueueNearCapacityAlarm": {ours + "QueueFullPercent"},
+        "AdmissionBelowTargetAlarm": {ours + "Admitted", ours + "TargetRatePerSec"},
+        "PumpStalledAlarm": {ours + "WaitingPolls", ours + "TargetRatePerSec"},
+        "PumpThrottledAlarm": {"AWS/Lambda:Throttles", "AWS/Lambda:AsyncEventsDropped"},
+        "PumpErrorsAlarm": {ours + "PumpErrors", "AWS/Lambda:Errors"},
+        "BypassDeniedAlarm": {ours + "BypassDenied"},
+        "RedisDegradedAlarm": {ours + "RedisDegraded"},
+        "RedisOutOfMemoryAlarm": {ours + "RedisOutOfMemory"},
+        "EventsDroppedAlarm": {ours + "EventsDropped"},
+        "SigningKeysUnavailableAlarm": {ours + "SigningKeysUnavailable"},
+        "ApiErrorRateAlarm": {"AWS/ApiGateway:Count", "AWS/ApiGateway:5XXError"},
+        "ApiLatencyAlarm": {"AWS/ApiGateway:Latency"},
+        "ApiFunctionErrorsAlarm": {"AWS/Lambda:Errors", "AWS/Lambda:Throttles"},
+        "AuthorizerErrorsAlarm": {"AWS/Lambda:Errors", "AWS/Lambda:Throttles"},
+        "CacheMemoryAlarm": {"AWS/ElastiCache:DatabaseMemoryUsagePercentage"},
+        "CacheEngineCpuAlarm": {"AWS/ElastiCache:EngineCPUUtilization"},
+        "CacheReplicationLagAlarm": {"AWS/ElastiCache:ReplicationLag"},
     }
-    assert set().union(*watched.values()) <= emitted_names()
     for alarm in alarms.values():
         for metric in alarm_metrics(alarm):
             if metric["Namespace"] == "VirtualQueue":
+                assert metric["MetricName"] in emitted_names()
                 assert metric["Dimensions"] == [{"Name": "service", "Value": "virtual-queue"}]
-        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}]
+            else:
+                assert metric["MetricName"] in AWS_METRICS[metric["Namespace"]], metric
+        properties = alarm["Properties"]
+        assert properties["AlarmActions"] == properties["OKActions"] == [{"Ref": "AlarmTopic"}]
+        # Missing data is an idle stack (no sale, no pump tick, no requests): never an alarm, never one at creation.
+        assert properties["TreatMissingData"] == "notBreaching"
+        assert properties["AlarmDescription"]
 
-    near_full = alarms["QueueNearCapacityAlarm"]["Properties"]
-    assert (near_full["Threshold"], near_full["ComparisonOperator"]) == (90, "GreaterThanThreshold")
-    slow = alarms["AdmissionBelowTargetAlarm"]["Properties"]
-    assert (slow["Threshold"], slow["ComparisonOperator"], slow["EvaluationPeriods"], slow["DatapointsToAlarm"]) == (
-        0.5,
-        "LessThanThreshold",
-        3,
-        3,
-    )
-    assert slow["TreatMissingData"] == "breaching"  # no data at all: the pump is not ticking
+    def shape(name):
+        p = alarms[name]["Properties"]
+        return p["Threshold"], p["ComparisonOperator"], p["EvaluationPeriods"], p.get("DatapointsToAlarm", 1)
+
+    # The thresholds docs/alarms.md justifies.
+    assert shape("QueueNearCapacityAlarm") == (90, "GreaterThanThreshold", 1, 1)
+    assert shape("AdmissionBelowTargetAlarm") == (0.5, "LessThanThreshold", 3, 3)
+    assert shape("PumpStalledAlarm") == (1, "GreaterThanOrEqualToThreshold", 3, 3)
+    assert shape("PumpThrottledAlarm") == (1, "GreaterThanOrEqualToThreshold", 1, 1)
+    assert shape("ApiErrorRateAlarm") == (1, "GreaterThanThreshold", 3, 3)
+    assert shape("ApiLatencyAlarm") == (1000, "GreaterThanThreshold", 3, 3)
+    assert alarms["ApiLatencyAlarm"]["Properties"]["ExtendedStatistic"] == "p95"
+    assert shape("ApiFunctionErrorsAlarm") == (10, "GreaterThanOrEqualToThreshold", 2, 2)
+    assert shape("AuthorizerErrorsAlarm") == (1, "GreaterThanOrEqualToThreshold", 2, 2)
+    assert shape("SigningKeysUnavailableAlarm") == (1, "GreaterThanOrEqualToThreshold", 1, 1)
+    assert shape("CacheMemoryAlarm") == (75, "GreaterThanThreshold", 3, 3)
+    assert shape("CacheEngineCpuAlarm") == (80, "GreaterThanThreshold", 5, 5)
+    assert shape("CacheReplicationLagAlarm") == (1, "GreaterThanThreshold", 3, 3)
     assert alarms["BypassDeniedAlarm"]["Properties"]["Threshold"] == {"Ref": "BypassDeniedPerMinuteAlarm"}
     assert alarms["RedisDegradedAlarm"]["Properties"]["Threshold"] == 1
     assert alarms["RedisOutOfMemoryAlarm"]["Properties"]["Threshold"] == 1
+    # Each function's AWS metrics are its own.
+    for name, function in (
+        ("PumpThrottledAlarm", "AdmissionPump"),
+        ("ApiFunctionErrorsAlarm", "APIHandler"),
+        ("AuthorizerErrorsAlarm", "PurchaseAuthorizer"),
+    ):
+        for metric in alarm_metrics(alarms[name]):
+            assert metric["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function}}]
+    for name in ("CacheMemoryAlarm", "CacheEngineCpuAlarm", "CacheReplicationLagAlarm"):
+        nodes = [m["Dimensions"][0]["Value"]["Fn::Sub"] for m in alarm_metrics(alarms[name])]
+        assert nodes == ["${ReplicationGroup}-0001-001", "${ReplicationGroup}-0001-002"]
 
 
 def test_only_the_pump_may_publish_events_to_its_bus_only(template, resources):
@@ -421,9 +497,26 @@ def test_only_the_pump_may_publish_events_to_its_bus_only(template, resources):
     assert rule["Properties"]["EventPattern"] == {"source": ["virtual-queue"], "detail-type": ["UserAdmitted"]}
 
 
+def dashboard_body(resources):
+    """The dashboard's JSON as CloudFormation would render it, every other ${...} a placeholder."""
+    body, variables = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+
+    def rendered(value):
+        if isinstance(value, dict) and "Fn::Join" in value:
+            separator, items = value["Fn::Join"]
+            return separator.join(rendered(item) for item in items)
+        if isinstance(value, dict) and "Fn::If" in value:
+            return rendered(value["Fn::If"][1])
+        return value["Fn::Sub"] if isinstance(value, dict) else value
+
+    for name, value in variables.items():
+        body = body.replace("${" + name + "}", rendered(value))
+    return body
+
+
 @pytest.mark.slow
-def test_dashboard_is_valid_json_showing_what_operators_watch(resources):
-    body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+def test_dashboard_is_valid_json_showing_what_operators_watch_and_every_alarm(resources):
+    body = dashboard_body(resources)
     filled = re.sub(r"\$\{BypassDeniedPerMinuteAlarm\}", "50", body)
     dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", filled))
     titles = " | ".join(w["properties"]["title"] for w in dashboard["widgets"])
@@ -438,10 +531,12 @@ def test_dashboard_is_valid_json_showing_what_operators_watch(resources):
         "Lambda duration",
         "API 4xx and 5xx",
         "API latency",
+        "Pump: starts",
+        "Cache: memory",
     ):
         assert topic in titles
     shown = set(re.findall(r'"VirtualQueue", "(\w+)"', body)) | set(re.findall(r'MetricName=\\"(\w+)\\"', body))
-    assert shown <= emitted_names()
+    assert {name for name in shown if name[0].isupper()} - emitted_names() <= AWS_METRICS["AWS/ElastiCache"]
     assert {
         "TokensIssued",
         "TokensConsumed",
@@ -450,7 +545,32 @@ def test_dashboard_is_valid_json_showing_what_operators_watch(resources):
         "QueueLength",
         "ConfiguredRatePerSec",
         "EffectiveRatePerSec",
+        "WaitingPolls",
+        "SigningKeysUnavailable",
     } <= shown
+    assert [w["type"] for w in dashboard["widgets"]].count("alarm") == 1
+    alarm_widget = body.split('"type": "metric"')[0]  # the first widget
+    on_the_widget = set(re.findall(r"\$\{(\w+)\.Arn\}", alarm_widget))
+    assert on_the_widget == set(of_type(resources, "AWS::CloudWatch::Alarm"))
+
+
+def test_waiting_polls_are_added_up_and_filed_at_most_every_interval_the_first_at_once(capsys):
+    now = [100.0]
+    tally = Tally("WaitingPolls", every_s=30, clock=lambda: now[0])
+    for at in (100.0, 101.0, 129.9, 130.0, 131.0):
+        now[0] = at
+        tally.add()
+    filed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["WaitingPolls"] for line in filed] == [1, 3]  # at 100 s, then at 130 s what came since
+    assert filed[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service"]]
+
+
+def test_a_poll_that_finds_its_user_waiting_feeds_the_pump_stall_signal(room, monkeypatch, capsys):
+    monkeypatch.setattr(queue, "WAITING_POLLS", Tally("WaitingPolls"))
+    ticket = room.enter(DROP, 1).queue_ticket
+    capsys.readouterr()
+    assert room.status(DROP, 1, ticket).status == "WAITING"
+    assert '"WaitingPolls":1' in capsys.readouterr().out
 
 
 def test_a_targeted_count_is_filed_per_target_and_for_the_service(capsys):

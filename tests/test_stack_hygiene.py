@@ -38,7 +38,6 @@ ACCEPTED = {
     **{
         ("CKV_AWS_115", f"AWS::Serverless::Function.{f}"): reason
         for f, reason in {
-            "APIHandler": "serves every client call: a reservation would cap the queue below the account's concurrency",
             "PurchaseAuthorizer": "runs before every purchase: a reservation would cap purchases",
             "FlagSync": "runs once per flag deployment; a reservation would take from the pool the API needs",
         }.items()
