@@ -35,6 +35,7 @@ PIECES = (
     "appconfig",
     "authorizer",
     "edge",
+    "access",
     "pump",
     "events",
     "logs",

@@ -137,6 +137,55 @@ def test_operator_routes_need_iam_and_client_routes_nothing(openapi):
     assert "/console" in openapi["paths"]
 
 
+OPERATOR_ROUTES = {
+    ("GET", "/virtual-queues"),
+    ("GET", "/virtual-queues/{queue_type}/{target_id}/stats"),
+    ("GET", "/virtual-queues/{queue_type}/{target_id}/config"),
+    ("PUT", "/virtual-queues/{queue_type}/{target_id}/config"),
+    ("PATCH", "/virtual-queues/{queue_type}/{target_id}/config"),
+    ("GET", "/console"),
+}
+
+
+def as_arn_path(method, path):
+    return f"{method}{re.sub(r'{[^}]+}', '*', path)}"
+
+
+@pytest.mark.slow
+def test_the_operator_role_may_call_the_operator_routes_only_and_only_it_may(template, resources, openapi):
+    iam_routes = {
+        (method.upper(), path)
+        for path, methods in openapi["paths"].items()
+        for method, spec in methods.items()
+        if spec.get("security") == [{"sigv4": []}]
+    }
+    assert iam_routes <= OPERATOR_ROUTES  # PATCH arrives with the operator CLI; the role already names it
+    (statement,) = resources["OperatorRoutesPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert resources["OperatorRoutesPolicy"]["Properties"]["Roles"] == [{"Ref": "OperatorRole"}]
+    assert statement["Action"] == "execute-api:Invoke"
+    stage = resources["RestAPI"]["Properties"]["StageName"]
+    head = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${RestAPI}/" + stage + "/"
+    assert {r["Fn::Sub"] for r in statement["Resource"]} == {head + as_arn_path(*r) for r in OPERATOR_ROUTES}
+    assert "Policies" not in resources["OperatorRole"]["Properties"]  # nothing else
+
+    # The API's resource policy: everyone may call the API, nobody but the role the operator routes.
+    allow, deny = openapi["x-amazon-apigateway-policy"]["Statement"]
+    assert (allow["Effect"], allow["Principal"], allow["Resource"]) == ("Allow", "*", "execute-api:/*")
+    assert deny["Effect"] == "Deny" and deny["Principal"] == "*"
+    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": ["OperatorRole", "Arn"]}}}
+    denied = [
+        re.compile(re.escape(r.removeprefix("execute-api:/*/")).replace(r"\*", "[^/]+")) for r in deny["Resource"]
+    ]
+    for method, path in OPERATOR_ROUTES:
+        assert any(p.fullmatch(as_arn_path(method, path).replace("*", "x")) for p in denied), (method, path)
+    for path, methods in openapi["paths"].items():
+        for method in methods:
+            if (method.upper(), path) not in OPERATOR_ROUTES:
+                arn_path = as_arn_path(method.upper(), path).replace("*", "x")
+                assert not any(p.fullmatch(arn_path) for p in denied), (method, path)
+    assert template["Outputs"]["OperatorRoleArn"]["Value"] == {"Fn::GetAtt": ["OperatorRole", "Arn"]}
+
+
 # --- network, cache, secrets, flag ---
 
 
@@ -274,7 +323,10 @@ def test_every_flag_deployment_runs_flag_sync_which_never_signs(resources):
     assert association["ExtensionIdentifier"] == {"Fn::GetAtt": ["FlagSyncExtension", "Arn"]}
     assert association["ResourceIdentifier"]["Fn::Sub"].endswith("configurationprofile/${FlagProfile}")
     invoke = resources["FlagSyncInvokeRole"]["Properties"]
-    assert invoke["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "appconfig.amazonaws.com"}
+    (trust,) = invoke["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "appconfig.amazonaws.com"}
+    # Only AppConfig acting for this account (never another account's extension naming this role).
+    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
     (statement,) = invoke["Policies"][0]["PolicyDocument"]["Statement"]
     assert (statement["Action"], statement["Resource"]) == (
         "lambda:InvokeFunction",

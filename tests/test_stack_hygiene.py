@@ -96,8 +96,11 @@ def test_the_api_writes_json_access_logs_to_a_group_with_retention(resources):
     api = resources["RestAPI"]
     setting = api["Properties"]["AccessLogSetting"]
     assert setting["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogs", "Arn"]}
-    line = json.loads(re.sub(r"\$context\.[\w.]+", "x", setting["Format"]))
+    # messageString comes quoted as JSON: an error message with a quote in it keeps the line valid JSON.
+    quoted = setting["Format"].replace("$context.error.messageString", json.dumps('no "token"'))
+    line = json.loads(re.sub(r"\$context\.[\w.]+", "x", quoted))
     assert {"requestId", "status", "latencyMs", "authorizerError"} <= set(line)
+    assert line["error"] == 'no "token"' and '$context.error.message"' not in setting["Format"]
     assert "$context.authorizer.error" in setting["Format"] and "$context.responseLatency" in setting["Format"]
     assert "header" not in setting["Format"]  # headers carry tickets and tokens
     # The account's API Gateway CloudWatch role is set before the stage that logs (created, or the one given).
