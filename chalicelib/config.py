@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from chalicelib import polling
 from chalicelib.targets import TARGET_TYPES
@@ -93,22 +92,6 @@ def load_keyring(env: Mapping[str, str] = os.environ, secrets: Any = None) -> Ke
     except Exception as err:  # any failure to fetch: say which secret, never its value
         raise ConfigError(f"cannot read the signing keys from secret {secret_id!r}: {type(err).__name__}") from None
     return Keyring.from_secret(text)
-
-
-def redis_url_with_auth(url: str, secret_id: str) -> str:
-    """`url` with the AUTH token held in Secrets Manager secret `secret_id` as its password.
-
-    The token stays out of the function's environment, where anyone allowed to read its configuration would see it.
-    """
-    from chalicelib import aws
-
-    try:
-        token = aws.secrets().get(secret_id)
-    except Exception as err:  # any failure to fetch: say which secret, never its value
-        raise ConfigError(f"cannot read the Redis AUTH token from secret {secret_id!r}: {type(err).__name__}") from None
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f":{quote(token, safe='')}@{host}"))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import pybreaker
 import redis
 from redis.backoff import NoBackoff
 from redis.connection import Connection
+from redis.credentials import CredentialProvider
 from redis.exceptions import RedisClusterException
 from redis.lock import Lock
 from redis.retry import Retry
@@ -49,14 +50,32 @@ class Breaker(pybreaker.CircuitBreaker):
             raise
 
 
-def connect(url: str, *, cluster: bool = False) -> RedisClient:
-    """A client that fails fast: short timeouts and no blind retry (scripts are not all idempotent)."""
-    options = {
+class SecretPassword(CredentialProvider):
+    """The AUTH password `read()` gives (a Secrets Manager secret, cached), asked as each connection opens: a token
+    rotated in its secret reaches the next connections without a restart (docs/operations.md: rotating the
+    cache's AUTH token). Failing to read it is failing to connect, which the queue answers as Redis down."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self._read = read
+
+    def get_credentials(self) -> tuple[str]:
+        try:
+            return (self._read(),)
+        except Exception as err:  # any failure to fetch: never the secret's value
+            raise redis.ConnectionError(f"cannot read the Redis AUTH token: {type(err).__name__}") from None
+
+
+def connect(url: str, *, cluster: bool = False, password: Callable[[], str] | None = None) -> RedisClient:
+    """A client that fails fast: short timeouts and no blind retry (scripts are not all idempotent). `password`
+    gives the AUTH token whenever a connection opens; the URL then carries none."""
+    options: dict[str, Any] = {
         "decode_responses": True,
         "socket_connect_timeout": 0.2,
         "socket_timeout": 0.5,
         "retry": Retry(NoBackoff(), 0),
     }
+    if password is not None:
+        options["credential_provider"] = SecretPassword(password)
     if cluster:
         return cast(redis.RedisCluster, _ClusterOnFirstUse(url, options))
     return _ConnectionPerThread.from_url(url, **options)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.utilities.feature_flags.base import StoreProvider
 
 from chalicelib import aws
-from chalicelib.config import ConfigError, Settings, load_keyring, load_settings, redis_url_with_auth
+from chalicelib.config import ConfigError, Settings, load_keyring, load_settings
 from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
@@ -75,15 +75,20 @@ def store() -> QueueStore:
     url = settings().redis_url
     if url is None:
         raise ConfigError("REDIS_URL is not set (`make run` starts an embedded Valkey and sets it)")
+    # The AUTH token stays out of the function's environment (where anyone allowed to read its configuration would
+    # see it): read from its secret as connections open, cached like the signing keys.
     auth_secret_id = settings().redis_auth_secret_id
-    if auth_secret_id:
-        url = redis_url_with_auth(url, auth_secret_id)
+    password = (
+        functools.partial(aws.secrets().get, auth_secret_id, max_age=settings().keys_max_age_s)
+        if auth_secret_id
+        else None
+    )
     breaker = Breaker(
         fail_max=settings().breaker_failures,
         reset_timeout=settings().breaker_cooldown_ms / 1000,
     )
     return QueueStore(
-        connect(url, cluster=settings().redis_cluster),
+        connect(url, cluster=settings().redis_cluster, password=password),
         settings().key_prefix,
         breaker,
         outbox_cap=settings().events_cap if settings().events_on else 0,
