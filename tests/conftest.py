@@ -32,7 +32,7 @@ from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import QueueStore  # noqa: E402
 from chalicelib.targets import TARGET_TYPES  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
-from tests.support.redis_servers import OwnRedis, ValkeyCluster  # noqa: E402
+from tests.support.redis_servers import OwnRedis, TlsRedisCluster, ValkeyCluster  # noqa: E402
 
 # Fixtures of the support modules, for every test module: tests/support/browser.py's (browser, stack, shopper,
 # target_id; the browser suites') and tests/support/observed.py's (log_lines). Loaded after this module, so
@@ -46,12 +46,33 @@ def pytest_addoption(parser):
         action="store_true",
         help="run the Redis tests against a 3-node Valkey cluster started on loopback, through RedisCluster",
     )
+    parser.addoption(
+        "--redis-tls-cluster",
+        action="store_true",
+        help="run the Redis tests against a 3-node TLS-only redis-server cluster on loopback, over rediss://",
+    )
 
 
 @pytest.fixture(scope="session")
 def cluster_mode(request):
-    """Whether this run's Redis is the loopback cluster (`--redis-cluster`)."""
-    return request.config.getoption("--redis-cluster")
+    """Whether this run's Redis is a loopback cluster (`--redis-cluster`, `--redis-tls-cluster`)."""
+    return request.config.getoption("--redis-cluster") or request.config.getoption("--redis-tls-cluster")
+
+
+@pytest.fixture(scope="session")
+def tls_cluster(tmp_path_factory):
+    """A 3-node cluster of Debian's redis-server speaking TLS only, announcing a host name its certificate names
+    (tests/support/redis_servers.py). Clients trust its CA through SSL_CERT_FILE, as the deployed functions trust
+    ElastiCache's through the system's store: with no TLS option of their own."""
+    cluster = TlsRedisCluster(tmp_path_factory.mktemp("tls-cluster"))
+    before = os.environ.get("SSL_CERT_FILE")
+    os.environ["SSL_CERT_FILE"] = str(cluster.ca_file)
+    yield cluster
+    if before is None:
+        del os.environ["SSL_CERT_FILE"]
+    else:
+        os.environ["SSL_CERT_FILE"] = before
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")
@@ -64,10 +85,11 @@ def valkey_cluster():
 
 @pytest.fixture(scope="session")
 def redis_url(request, cluster_mode):
-    """URL of a real Redis: the loopback cluster with `--redis-cluster`, else the given REDIS_URL,
-    else an embedded Valkey started for this run."""
+    """URL of a real Redis: a loopback cluster with `--redis-cluster` or `--redis-tls-cluster`, else the given
+    REDIS_URL, else an embedded Valkey started for this run."""
     if cluster_mode:
-        url = request.getfixturevalue("valkey_cluster").url
+        tls = request.config.getoption("--redis-tls-cluster")
+        url = request.getfixturevalue("tls_cluster" if tls else "valkey_cluster").url
         os.environ["REDIS_URL"] = url
         yield url
         del os.environ["REDIS_URL"]

@@ -112,3 +112,114 @@ def _cluster_ok(client: redis.Redis, nodes: int) -> bool:
     info = client.execute_command("CLUSTER", "INFO")
     text = info if isinstance(info, str) else str(info)
     return "cluster_state:ok" in text and f"cluster_known_nodes:{nodes}" in text
+
+
+def loopback_hostname() -> str:
+    """A name other than `localhost` (which redis-py's cluster client swaps for its address) that resolves to
+    127.0.0.1: the machine's own name, as /etc/hosts gives it on this kind of machine."""
+    import socket
+
+    for name in (socket.gethostname(), socket.getfqdn(), "localhost.localdomain"):
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET)}
+        except OSError:
+            continue
+        if name != "localhost" and addresses == {"127.0.0.1"}:
+            return name
+    raise RuntimeError("no host name resolves to 127.0.0.1 alone (add one to /etc/hosts)")
+
+
+class TlsRedisCluster:
+    """Three cluster-mode primaries of Debian's redis-server (built with TLS) on loopback, TLS only, as ElastiCache
+    serves one with in-transit encryption: the certificates are made here (trustme) and name a host name (one that
+    resolves to 127.0.0.1) and no IP address, and the nodes announce that name in their slot maps, as ElastiCache
+    announces its nodes' DNS names. `ca_file` is the CA a client must trust; `url` is `rediss://<name>:<port>`."""
+
+    def __init__(self, workdir: Path, nodes: int = 3, timeout_s: float = 20.0) -> None:
+        import shutil
+        import subprocess
+
+        import trustme
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server (Debian's, built with TLS) is not installed: apt-get install redis-server")
+        self.hostname = loopback_hostname()
+        ca = trustme.CA()
+        server = ca.issue_cert(self.hostname)  # a DNS name only: a client that connects by IP fails verification
+        self.ca_file = workdir / "ca.pem"
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        cert, key = workdir / "node.pem", workdir / "node.key"
+        server.cert_chain_pems[0].write_to_path(str(cert))
+        server.private_key_pem.write_to_path(str(key))
+
+        from infra.local.stack import free_port
+
+        self.ports = [free_port() for _ in range(nodes)]
+        self.bus_ports = [free_port() for _ in range(nodes)]
+        self._processes: list[subprocess.Popen] = []
+        try:
+            for port, bus_port in zip(self.ports, self.bus_ports, strict=True):
+                folder = workdir / f"node-{port}"
+                folder.mkdir()
+                self._processes.append(
+                    subprocess.Popen(
+                        [
+                            binary,
+                            *("--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"),
+                            *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+                            *("--tls-ca-cert-file", str(self.ca_file), "--tls-auth-clients", "no"),
+                            *("--tls-cluster", "yes", "--tls-replication", "yes"),
+                            *("--cluster-enabled", "yes", "--cluster-port", str(bus_port)),
+                            *("--cluster-announce-hostname", self.hostname),
+                            *("--cluster-preferred-endpoint-type", "hostname"),
+                            *("--cluster-node-timeout", "5000", "--dir", str(folder), "--save", ""),
+                            *("--appendonly", "no", "--daemonize", "no", "--logfile", str(folder / "log")),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+            self._form(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.url = f"rediss://{self.hostname}:{self.ports[0]}"
+
+    def admin(self, port: int) -> redis.Redis:
+        """A plain (not cluster) client of one node, trusting the test CA."""
+        return redis.Redis(
+            host=self.hostname, port=port, ssl=True, ssl_ca_certs=str(self.ca_file), decode_responses=True
+        )
+
+    def _form(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        clients = [self.admin(port) for port in self.ports]
+        for client in clients:
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("a TLS redis-server did not start in time") from None
+                    time.sleep(0.05)
+        share = CLUSTER_SLOTS // len(clients)
+        for i, client in enumerate(clients):
+            last = CLUSTER_SLOTS - 1 if i == len(clients) - 1 else (i + 1) * share - 1
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * share, last)
+        for port, bus_port in zip(self.ports[1:], self.bus_ports[1:], strict=True):
+            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", port, bus_port)
+        while not all(_cluster_ok(client, len(clients)) for client in clients):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the TLS cluster did not form in time")
+            time.sleep(0.05)
+        for client in clients:
+            client.close()
+
+    def stop(self) -> None:
+        for process in self._processes:
+            process.terminate()
+        for process in self._processes:
+            with contextlib.suppress(Exception):
+                process.wait(timeout=5)
