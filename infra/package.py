@@ -41,7 +41,11 @@ PIECES = (
     "logs",
     "observability",
 )
-RUNTIME = "python3.11"  # the functions' runtime (Chalice takes it from this interpreter): the bytecode's too
+# The functions' runtime is this interpreter's: Chalice writes it into the template and downloads the C extensions
+# (hiredis, orjson) built for it, and the bytecode added below is its own. Build with the Python you deploy
+# (docs/deploy.md: make package PYTHON=python3.13 VENV=.venv-3.13).
+RUNTIMES = ("python3.11", "python3.12", "python3.13")  # Lambda runtimes built and tested (tests/test_packaging.py)
+RUNTIME = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def deep_merge(into: dict, piece: dict, path: str = "") -> dict:
@@ -73,6 +77,8 @@ def merge_template(pieces: tuple[str, ...] = PIECES) -> dict:
 
 def package(out: Path, stage: str = "prod") -> Path:
     """Write merge-template.json, sam.json and deployment.zip into `out`; return the template's path."""
+    if RUNTIME not in RUNTIMES:
+        raise SystemExit(f"this is {RUNTIME}; build the package with one of {', '.join(RUNTIMES)}")
     out.mkdir(parents=True, exist_ok=True)
     merge_file = out / "merge-template.json"
     merge_file.write_text(json.dumps(merge_template(), indent=2) + "\n")
@@ -86,7 +92,11 @@ def package(out: Path, stage: str = "prod") -> Path:
         check=True,
     )
     template = out / "sam.json"
-    template.write_text(json.dumps(call_api_alias(json.loads(template.read_text())), indent=2) + "\n")
+    built = call_api_alias(json.loads(template.read_text()))
+    runtimes = {r["Properties"].get("Runtime") for r in built["Resources"].values() if r["Type"].endswith("Function")}
+    if runtimes != {RUNTIME}:
+        raise SystemExit(f"chalice wrote runtimes {runtimes}, not this interpreter's {RUNTIME}")
+    template.write_text(json.dumps(built, indent=2) + "\n")
     add_bytecode(out / "deployment.zip")
     return template
 
@@ -121,12 +131,11 @@ def call_api_alias(template: dict) -> dict:
 def add_bytecode(zip_path: Path) -> int:
     """Rewrite the zip with `__pycache__/*.pyc` beside every `.py`; the number of modules compiled.
 
-    Unchecked-hash bytecode (PEP 552): Python loads it without comparing the source's time, which the zip
-    keeps only to two seconds. The package never changes once built, so nothing can go stale. Bytecode that
-    Chalice copied from a working tree (timestamp-checked, maybe stale) is left out.
+    Bytecode of this interpreter (RUNTIME, the functions' runtime), unchecked-hash (PEP 552): Python loads it
+    without comparing the source's time, which the zip keeps only to two seconds. The package never changes once
+    built, so nothing can go stale. Bytecode that Chalice copied from a working tree (timestamp-checked, maybe
+    stale) is left out.
     """
-    if f"python{sys.version_info.major}.{sys.version_info.minor}" != RUNTIME:
-        raise SystemExit(f"bytecode for {RUNTIME} needs that Python; this is {sys.version.split()[0]}")
     rebuilt = zip_path.with_suffix(".tmp")
     with (
         tempfile.TemporaryDirectory() as tmp,

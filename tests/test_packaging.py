@@ -1,8 +1,10 @@
 """The deployment package: `make package` ships the Lua scripts and every dependency, and the unpacked
 package serves requests through the Lambda entry point the template names (`app.app`)."""
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -143,3 +145,74 @@ def test_package_holds_bytecode_that_a_read_only_import_uses(package, tmp_path):
     assert f"chalicelib/__pycache__/store.{tag}.pyc matches" in loaded
     assert f"redis/__pycache__/client.{tag}.pyc matches" in loaded
     assert not re.search(r"# code object from '[^']*\.py'", loaded)  # no module compiled from source
+
+
+def other_python(version: str) -> Path | None:
+    """An interpreter of `version` ("3.13") besides the suite's: on PATH, else pyenv's."""
+    found = shutil.which(f"python{version}")
+    candidates = [Path(found)] if found else []
+    candidates += sorted(Path("/root/.pyenv/versions").glob(f"{version}.*/bin/python{version}"))
+    for candidate in candidates:
+        check = subprocess.run([str(candidate), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True)
+        if check.returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.slow
+# With the suite's own 3.11: two runtimes every CI run. VQ_PACKAGE_PYTHONS="3.12 3.13" builds more.
+@pytest.mark.parametrize("version", os.environ.get("VQ_PACKAGE_PYTHONS", "3.13").split())
+def test_a_package_built_with_another_python_targets_its_runtime_and_serves(
+    version, tmp_path, redis_url, prefix, cluster_mode
+):
+    python = other_python(version)
+    if python is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"Python {version} is missing: CI must test a second runtime")
+        pytest.skip(f"no Python {version} here")
+    # The build's own virtualenv: the functions' dependencies (Chalice imports app.py) and Chalice.
+    venv = tmp_path / "venv"
+    subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
+    chalice = next(line for line in (ROOT / "requirements-dev.txt").read_text().splitlines() if "chalice" in line)
+    subprocess.run(
+        [
+            str(venv / "bin" / "pip"),
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+            "requirements.txt",
+            chalice.split("#")[0].strip(),
+        ],
+        cwd=ROOT,
+        check=True,
+    )
+    out = tmp_path / "build"
+    subprocess.run([str(venv / "bin" / "python"), "infra/package.py", str(out)], cwd=ROOT, check=True)
+
+    tag = version.replace(".", "")
+    template = json.loads((out / "sam.json").read_text())
+    runtimes = {r["Properties"]["Runtime"] for r in template["Resources"].values() if r["Type"].endswith("Function")}
+    assert runtimes == {f"python{version}"}
+    names = zipfile.ZipFile(out / "deployment.zip").namelist()
+    for extension in ("hiredis/hiredis", "orjson/orjson"):
+        assert f"{extension}.cpython-{tag}-x86_64-linux-gnu.so" in names
+    assert f"chalicelib/__pycache__/store.cpython-{tag}.pyc" in names
+
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(out / "deployment.zip").extractall(unpacked)
+    env = {
+        "PATH": os.environ["PATH"],
+        "REDIS_URL": redis_url,
+        "VQ_KEY_PREFIX": prefix,
+        "VQ_REDIS_CLUSTER": "true" if cluster_mode else "false",
+        "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
+        "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
+        "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }
+    result = subprocess.run(
+        [str(python), "-I", "-S", "-c", PROBE], cwd=unpacked, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "WAITING WAITING 1"
