@@ -216,6 +216,11 @@ def test_every_function_runs_in_the_vpc(resources):
 @pytest.mark.slow
 def test_cache_is_valkey_cluster_mode_encrypted_multi_az_and_never_evicts(template, resources):
     group = resources["ReplicationGroup"]["Properties"]
+    # Patched and failed over by ElastiCache only in the window the operator chose (docs/deploy.md).
+    assert group["PreferredMaintenanceWindow"] == {"Ref": "CacheMaintenanceWindow"}
+    window = template["Parameters"]["CacheMaintenanceWindow"]
+    assert re.fullmatch(window["AllowedPattern"], window["Default"]) and window["Default"].startswith("tue:08")
+    assert not re.fullmatch(window["AllowedPattern"], "tue:25:00-tue:26:00")
     assert group["Engine"] == "valkey" and group["ClusterMode"] == "enabled"
     assert group["TransitEncryptionEnabled"] is True and group["AtRestEncryptionEnabled"] is True
     assert group["MultiAZEnabled"] is True and group["AutomaticFailoverEnabled"] is True
@@ -238,11 +243,38 @@ def test_cache_is_valkey_cluster_mode_encrypted_multi_az_and_never_evicts(templa
 
 
 @pytest.mark.slow
+def test_the_serverless_cache_is_an_option_with_the_same_token_and_no_storage_cap(template, resources):
+    assert template["Parameters"]["CacheMode"]["Default"] == "nodes"
+    assert template["Parameters"]["CacheMode"]["AllowedValues"] == ["nodes", "serverless"]
+    for name in ("ReplicationGroup", "CacheParameterGroup", "CacheSubnetGroup"):
+        assert resources[name]["Condition"] == "CacheOnNodes"
+    for name in ("ServerlessCache", "CacheUserGroup", "CacheUser"):
+        assert resources[name]["Condition"] == "CacheServerless"
+    cache = resources["ServerlessCache"]["Properties"]
+    assert cache["Engine"] == "valkey" and cache["UserGroupId"] == {"Ref": "CacheUserGroup"}
+    assert cache["SecurityGroupIds"] == [{"Fn::GetAtt": ["CacheSecurityGroup", "GroupId"]}]
+    # Only a minimum of ECPUs, when asked: a storage maximum would make it evict keys with a TTL (every queue key).
+    assert cache["CacheUsageLimits"]["Fn::If"][1] == {
+        "ECPUPerSecond": {"Minimum": {"Ref": "CacheServerlessMinEcpuPerSecond"}}
+    }
+    user = resources["CacheUser"]["Properties"]
+    assert user["UserName"] == "default" and user["AccessString"] == "on ~* +@all"  # AUTH <token> logs in as it
+    assert user["AuthenticationMode"] == {
+        "Type": "password",
+        "Passwords": [{"Fn::Sub": "{{resolve:secretsmanager:${RedisAuthToken}}}"}],
+    }
+    assert resources["CacheUserGroup"]["Properties"]["UserIds"] == [{"Ref": "CacheUser"}]
+
+
+@pytest.mark.slow
 def test_functions_find_redis_and_secrets_but_never_hold_one(resources):
     for function in ("APIHandler", "AdmissionPump", "FlagSync"):
         env = env_of(resources, function)
-        assert env["REDIS_URL"]["Fn::Sub"].startswith("rediss://${ReplicationGroup.ConfigurationEndPoint.Address}")
-        assert "@" not in env["REDIS_URL"]["Fn::Sub"]  # no password in the URL: it comes from the secret
+        condition, nodes, serverless = env["REDIS_URL"]["Fn::If"]
+        assert condition == "CacheOnNodes"
+        assert nodes["Fn::Sub"].startswith("rediss://${ReplicationGroup.ConfigurationEndPoint.Address}:")
+        assert serverless["Fn::Sub"].startswith("rediss://${ServerlessCache.Endpoint.Address}:")
+        assert "@" not in json.dumps(env["REDIS_URL"])  # no password in the URL: it comes from the secret
         assert env["VQ_REDIS_CLUSTER"] == "true"
         assert env["VQ_REDIS_AUTH_SECRET_ID"] == {"Ref": "RedisAuthToken"}
     assert "REDIS_URL" not in env_of(resources, "PurchaseAuthorizer")  # the authorizer needs no Redis
@@ -482,6 +514,8 @@ def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
         "CacheMemoryAlarm": {"AWS/ElastiCache:DatabaseMemoryUsagePercentage"},
         "CacheEngineCpuAlarm": {"AWS/ElastiCache:EngineCPUUtilization"},
         "CacheReplicationLagAlarm": {"AWS/ElastiCache:ReplicationLag"},
+        "CacheThrottledAlarm": {"AWS/ElastiCache:ThrottledCmds"},
+        "CacheDataAlarm": {"AWS/ElastiCache:BytesUsedForCache"},
     }
     for alarm in alarms.values():
         for metric in alarm_metrics(alarm):
@@ -525,9 +559,18 @@ def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
     ):
         for metric in alarm_metrics(alarms[name]):
             assert metric["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function}}]
+    # The cache's alarms exist for the cache the stack runs: its nodes, or the serverless cache.
     for name in ("CacheMemoryAlarm", "CacheEngineCpuAlarm", "CacheReplicationLagAlarm"):
+        assert alarms[name]["Condition"] == "CacheOnNodes"
         nodes = [m["Dimensions"][0]["Value"]["Fn::Sub"] for m in alarm_metrics(alarms[name])]
         assert nodes == ["${ReplicationGroup}-0001-001", "${ReplicationGroup}-0001-002"]
+    for name in ("CacheThrottledAlarm", "CacheDataAlarm"):
+        assert alarms[name]["Condition"] == "CacheServerless"
+        assert alarm_metrics(alarms[name])[0]["Dimensions"] == [
+            {"Name": "clusterId", "Value": {"Ref": "ServerlessCache"}}
+        ]
+    assert shape("CacheThrottledAlarm") == (1, "GreaterThanOrEqualToThreshold", 1, 1)
+    assert shape("CacheDataAlarm") == (2**30, "GreaterThanThreshold", 3, 3)
 
 
 def test_only_the_pump_may_publish_events_to_its_bus_only(template, resources):
@@ -551,8 +594,9 @@ def test_only_the_pump_may_publish_events_to_its_bus_only(template, resources):
     assert rule["Properties"]["EventPattern"] == {"source": ["virtual-queue"], "detail-type": ["UserAdmitted"]}
 
 
-def dashboard_body(resources):
-    """The dashboard's JSON as CloudFormation would render it, every other ${...} a placeholder."""
+def dashboard_body(resources, branch=1):
+    """The dashboard's JSON as CloudFormation would render it (`branch` of each Fn::If: 1 the cache's nodes,
+    2 the serverless cache), every other ${...} a placeholder."""
     body, variables = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
 
     def rendered(value):
@@ -560,7 +604,7 @@ def dashboard_body(resources):
             separator, items = value["Fn::Join"]
             return separator.join(rendered(item) for item in items)
         if isinstance(value, dict) and "Fn::If" in value:
-            return rendered(value["Fn::If"][1])
+            return rendered(value["Fn::If"][branch])
         return value["Fn::Sub"] if isinstance(value, dict) else value
 
     for name, value in variables.items():
@@ -570,9 +614,11 @@ def dashboard_body(resources):
 
 @pytest.mark.slow
 def test_dashboard_is_valid_json_showing_what_operators_watch_and_every_alarm(resources):
+    serverless = dashboard_body(resources, branch=2)
     body = dashboard_body(resources)
-    filled = re.sub(r"\$\{BypassDeniedPerMinuteAlarm\}", "50", body)
-    dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", filled))
+    for text in (body, serverless):
+        filled = re.sub(r"\$\{BypassDeniedPerMinuteAlarm\}", "50", text)
+        dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", filled))
     titles = " | ".join(w["properties"]["title"] for w in dashboard["widgets"])
     for topic in (
         "Queue length",
@@ -603,8 +649,10 @@ def test_dashboard_is_valid_json_showing_what_operators_watch_and_every_alarm(re
         "SigningKeysUnavailable",
     } <= shown
     assert [w["type"] for w in dashboard["widgets"]].count("alarm") == 1
-    alarm_widget = body.split('"type": "metric"')[0]  # the first widget
-    on_the_widget = set(re.findall(r"\$\{(\w+)\.Arn\}", alarm_widget))
+    on_the_widget = set()
+    for text in (body, serverless):
+        alarm_widget = text.split('"type": "metric"')[0]  # the first widget
+        on_the_widget |= set(re.findall(r"\$\{(\w+)\.Arn\}", alarm_widget))
     assert on_the_widget == set(of_type(resources, "AWS::CloudWatch::Alarm"))
 
 
