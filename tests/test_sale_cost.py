@@ -1,40 +1,72 @@
-"""infra/sim/sale_cost.py prices the stack: idle, what runs whatever the traffic; per sale, what the sale sends."""
+"""infra/sim/sale_cost.py prices the stack: idle, what runs whatever the traffic; per sale, what the sale sends;
+for each choice of cache."""
 
 import pytest
 
-from chalicelib.pump import RUN_WINDOW_MS
 from infra.sim.sale_cost import (
+    ALARM_METRIC_MONTH,
+    ALARM_METRICS,
     CACHE_NODE_HOUR,
     HOURS_PER_MONTH,
+    HUNDRED_THOUSAND,
+    IDLE_PUMP_RUN_S,
     LAMBDA_PER_GB_SECOND,
     LAMBDA_PER_MILLION,
-    PUMP_SECONDS_PER_MINUTE,
+    SERVERLESS_GB_HOUR,
+    SERVERLESS_MIN_GB,
     WAF_PER_MILLION,
     WAF_RULE_PER_MONTH,
     WAF_WEB_ACL_PER_MONTH,
     Deployment,
     SaleLoad,
     idle_cost,
+    network_cost,
     sale_cost,
 )
 
 
-def test_the_idle_pump_is_priced_for_the_run_window_the_pump_keeps():
-    assert PUMP_SECONDS_PER_MINUTE * 1000 == RUN_WINDOW_MS
-
-
-def test_idle_cost_is_the_cache_nodes_a_pump_run_every_minute_around_the_clock_and_the_web_acl():
+def test_idle_cost_is_the_cache_and_a_pump_start_a_minute_that_returns_at_once():
     cost = idle_cost(Deployment(memory_mb=2048, cache_nodes=3))
     runs = HOURS_PER_MONTH * 60
     assert cost["cache"] == round(3 * CACHE_NODE_HOUR["cache.r7g.large"] * HOURS_PER_MONTH, 2)
-    assert cost["pump_lambda"] == round(runs / 1e6 * LAMBDA_PER_MILLION + 2 * runs * 58 * LAMBDA_PER_GB_SECOND, 2)
-    assert cost["waf"] == WAF_WEB_ACL_PER_MONTH + 2 * WAF_RULE_PER_MONTH
-    assert cost["total"] == round(cost["cache"] + cost["pump_lambda"] + cost["waf"], 2)
+    pump = runs / 1e6 * LAMBDA_PER_MILLION + 2 * runs * IDLE_PUMP_RUN_S * LAMBDA_PER_GB_SECOND
+    assert cost["pump_lambda"] == round(pump, 2) < 0.25  # a few cents: no run ticks while nothing is on sale
+    assert cost["total"] == round(sum(v for k, v in cost.items() if k != "total"), 2)
+
+
+def test_the_web_acl_costs_its_fees_idle_and_its_price_for_every_request_of_a_sale():
+    assert idle_cost()["waf"] == WAF_WEB_ACL_PER_MONTH + 2 * WAF_RULE_PER_MONTH
     assert idle_cost(Deployment(waf_rules=0))["waf"] == 0
-
-
-def test_the_web_acl_adds_its_price_for_every_request_of_a_sale():
     load = SaleLoad(api_requests=6_000_000, authorizer_calls=100_000, handler_seconds=90_000, duration_s=2000)
     with_waf, without = sale_cost(load), sale_cost(load, Deployment(waf_rules=0))
     assert with_waf["waf"] == pytest.approx(6 * WAF_PER_MILLION) and without["waf"] == 0
     assert with_waf["total"] == pytest.approx(without["total"] + 6 * WAF_PER_MILLION)
+
+
+def test_the_serverless_cache_idles_at_its_storage_floor_and_a_sale_costs_about_the_same():
+    nodes, serverless = Deployment(), Deployment(cache="serverless")
+    assert idle_cost(serverless)["cache"] == round(SERVERLESS_MIN_GB * SERVERLESS_GB_HOUR * HOURS_PER_MONTH, 2)
+    assert idle_cost(serverless)["total"] < 20 < 250 < idle_cost(nodes)["total"]
+    a_sale = {choice.cache: sale_cost(HUNDRED_THOUSAND, choice) for choice in (nodes, serverless)}
+    # Either way the gateway's $3.50 a million requests is most of a sale (WAF's $0.60 next).
+    for cost in a_sale.values():
+        assert cost["api_gateway"] / cost["total"] > 0.65
+    assert a_sale["serverless"]["cache"] < a_sale["nodes"]["cache"] < 1
+
+
+def test_the_network_costs_more_than_the_serverless_stack_when_the_vpc_has_none():
+    assert min(network_cost().values()) > idle_cost(Deployment(cache="serverless"))["total"]
+
+
+@pytest.mark.slow
+def test_the_alarms_priced_are_the_alarms_the_template_holds(resources):
+    counted = {"nodes": 0, "serverless": 0}
+    for resource in resources.values():
+        if resource["Type"] != "AWS::CloudWatch::Alarm":
+            continue
+        metrics = sum("MetricStat" in query for query in resource["Properties"].get("Metrics", [])) or 1
+        for choice, condition in (("nodes", "CacheOnNodes"), ("serverless", "CacheServerless")):
+            if resource.get("Condition") in (None, condition):
+                counted[choice] += metrics
+    assert counted == ALARM_METRICS
+    assert ALARM_METRIC_MONTH == 0.10
