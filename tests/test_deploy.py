@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import boto3
@@ -189,6 +190,15 @@ def test_the_operator_role_may_call_the_operator_routes_only_and_only_it_may(tem
 
 
 # --- network, cache, secrets, flag ---
+
+
+def test_the_deploy_guide_names_an_endpoint_for_every_service_the_functions_call():
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    services = typing.get_args(aws.Service)
+    assert set(services) == {"secretsmanager", "appconfigdata", "events"}
+    for service in services:  # an interface endpoint each, where there is no NAT gateway
+        assert f"`com.amazonaws.<region>.{service}`" in guide
+    assert "private DNS enabled" in guide and "TCP 443 from the functions' security group" in guide
 
 
 @pytest.mark.slow
