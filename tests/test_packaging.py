@@ -50,6 +50,21 @@ PROBE = textwrap.dedent("""
 """)
 
 
+def probe_env(redis_url, prefix, cluster_mode):
+    """PROBE's environment: this run's Redis and keys, and nothing of the virtualenv's."""
+    return {
+        "PATH": os.environ["PATH"],
+        "REDIS_URL": redis_url,
+        "VQ_KEY_PREFIX": prefix,
+        "VQ_REDIS_CLUSTER": "true" if cluster_mode else "false",
+        "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
+        "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
+        "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",  # the target opens on its first enter, as locally
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
 @pytest.fixture
 def package(deployment):
     return deployment / "deployment.zip"
@@ -88,17 +103,7 @@ def test_package_holds_the_waiting_room_page(package):
 @pytest.mark.slow
 def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, prefix, cluster_mode):
     zipfile.ZipFile(package).extractall(tmp_path)
-    env = {
-        "PATH": os.environ["PATH"],
-        "REDIS_URL": redis_url,
-        "VQ_KEY_PREFIX": prefix,
-        "VQ_REDIS_CLUSTER": "true" if cluster_mode else "false",
-        "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
-        "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
-        "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",  # the target opens on its first enter, as locally
-        "POWERTOOLS_TRACE_DISABLED": "1",
-        "PYTHONNOUSERSITE": "1",
-    }
+    env = probe_env(redis_url, prefix, cluster_mode)
     # -I -S: no site-packages, so nothing from this checkout or the virtualenv's site-packages can stand in
     # for the package.
     result = subprocess.run(
@@ -201,16 +206,7 @@ def test_a_package_built_with_another_python_targets_its_runtime_and_serves(
 
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(out / "deployment.zip").extractall(unpacked)
-    env = {
-        "PATH": os.environ["PATH"],
-        "REDIS_URL": redis_url,
-        "VQ_KEY_PREFIX": prefix,
-        "VQ_REDIS_CLUSTER": "true" if cluster_mode else "false",
-        "VQ_TOKEN_KEYS": os.environ["VQ_TOKEN_KEYS"],
-        "VQ_TOKEN_ACTIVE_KID": os.environ["VQ_TOKEN_ACTIVE_KID"],
-        "VQ_TARGETS_OPEN_ON_FIRST_USE": "true",
-        "POWERTOOLS_TRACE_DISABLED": "1",
-    }
+    env = probe_env(redis_url, prefix, cluster_mode)
     result = subprocess.run(
         [str(python), "-I", "-S", "-c", PROBE], cwd=unpacked, env=env, capture_output=True, text=True
     )

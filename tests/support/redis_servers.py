@@ -87,25 +87,29 @@ class ValkeyCluster:
         self.url = self.servers[0].connection_url
 
     def _form(self, timeout_s: float) -> None:
-        """Assign each node a third of the slots and introduce them, as `redis-cli --cluster create` would."""
         clients = [redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True) for server in self.servers]
-        share = CLUSTER_SLOTS // len(clients)
-        for i, client in enumerate(clients):
-            last = CLUSTER_SLOTS - 1 if i == len(clients) - 1 else (i + 1) * share - 1
-            client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * share, last)
-        for server in self.servers[1:]:
-            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
-        deadline = time.monotonic() + timeout_s
-        while not all(_cluster_ok(client, len(clients)) for client in clients):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the Valkey cluster did not form in time")
-            time.sleep(0.05)
-        for client in clients:
-            client.close()
+        form_cluster(clients, [[server.port] for server in self.servers], time.monotonic() + timeout_s)
 
     def stop(self) -> None:
         for server in self.servers:
             server.terminate()
+
+
+def form_cluster(clients: list[redis.Redis], meet: list[list[int]], deadline: float) -> None:
+    """Give each node an even share of the slots and introduce them to the first (`meet`: each node's port, and
+    its bus port when not port + 10000), as `redis-cli --cluster create` would; wait until all agree; close."""
+    share = CLUSTER_SLOTS // len(clients)
+    for i, client in enumerate(clients):
+        last = CLUSTER_SLOTS - 1 if i == len(clients) - 1 else (i + 1) * share - 1
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * share, last)
+    for ports in meet[1:]:
+        clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", *ports)
+    while not all(_cluster_ok(client, len(clients)) for client in clients):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the cluster did not form in time")
+        time.sleep(0.05)
+    for client in clients:
+        client.close()
 
 
 def _cluster_ok(client: redis.Redis, nodes: int) -> bool:
@@ -204,18 +208,7 @@ class TlsRedisCluster:
                     if time.monotonic() > deadline:
                         raise RuntimeError("a TLS redis-server did not start in time") from None
                     time.sleep(0.05)
-        share = CLUSTER_SLOTS // len(clients)
-        for i, client in enumerate(clients):
-            last = CLUSTER_SLOTS - 1 if i == len(clients) - 1 else (i + 1) * share - 1
-            client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * share, last)
-        for port, bus_port in zip(self.ports[1:], self.bus_ports[1:], strict=True):
-            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", port, bus_port)
-        while not all(_cluster_ok(client, len(clients)) for client in clients):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the TLS cluster did not form in time")
-            time.sleep(0.05)
-        for client in clients:
-            client.close()
+        form_cluster(clients, [list(ports) for ports in zip(self.ports, self.bus_ports, strict=True)], deadline)
 
     def stop(self) -> None:
         for process in self._processes:
