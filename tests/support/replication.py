@@ -243,12 +243,16 @@ class ReplicatedPair:
         self.link.hold()
 
     def fail_over(self, outage_s: float = 0.0) -> None:
-        """A failover: the primary dies (SIGKILL), the address answers nothing for `outage_s` (detection and
-        promotion), then the replica is promoted with whatever it had received and the address moves to it. Open
-        connections are cut, as the dead primary's are: clients connect again, through the same address."""
-        assert self.address is not None
+        """A failover: the primary dies (SIGKILL) with what the replication link held, the address answers nothing
+        for `outage_s` (detection and promotion), then the replica is promoted with whatever it had received and
+        the address moves to it. Open connections are cut, as the dead primary's are: clients connect again,
+        through the same address."""
+        assert self.address is not None and self.link is not None
         self.primary._process.kill()
         self.primary._process.wait()
+        # What the replication link still holds had not left the primary: it dies with it. A replica `lag_s`
+        # behind is promoted without the primary's last `lag_s` of writes, however long the promotion takes.
+        self.link.cut()
         self.address.cut()
         time.sleep(outage_s)
         self.replica_client().execute_command("REPLICAOF", "NO", "ONE")
