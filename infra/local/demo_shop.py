@@ -4,7 +4,8 @@ It serves the purchase paths the gate forwards to. Each drop or event (one path,
 `/limited-drops/1/orders`) has a limited stock, and a user orders at most once per drop or event:
 `POST` answers 201 `{"orderId", ...}`, or 409 `{"code": "SOLD_OUT" | "ALREADY_ORDERED"}`, or 400 without
 a valid `X-User-Id` (the gate sets it). `GET /orders` lists the orders, the stock left, and each purchase
-request's arrival time and user (what the simulator measures the shop's load and double purchases by).
+request's arrival time, user and idempotency key (what the simulator measures the shop's load and double
+purchases by).
 
 Like a real shop API it honours `Idempotency-Key` (the gate sends the entry token's id): the first outcome
 under a key (an order, or a refusal for stock) is kept and answered again to every request with that key,
@@ -103,7 +104,7 @@ class DemoShop:
 
     def _order(self, item: str, user_id: int, key: str | None, arrived: float) -> tuple[int, dict]:
         with self._lock:
-            self._requests.append({"at": arrived, "userId": user_id, "done": time.time()})
+            self._requests.append({"at": arrived, "userId": user_id, "key": key, "done": time.time()})
             if key is not None and key in self._outcomes:
                 first_item, first_user, status, body = self._outcomes[key]
                 if (first_item, first_user) != (item, user_id):

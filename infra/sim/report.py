@@ -55,9 +55,11 @@ def percentile(values: list[float], share: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
 
 
-def analyse(options, users, api, pump, shop, settings, started, finished, cpu_s) -> dict:
-    """The report: figures, series for the plot, the checks with their verdicts, the targets with theirs.
-    `cpu_s`: CPU seconds spent while the crowd ran, by whom."""
+def analyse(options, sale) -> dict:
+    """The report of `sale` (simulate.Sale): figures, series for the plot, the checks with their verdicts, the
+    targets with theirs."""
+    users, api, pump, shop, settings = sale.users, sale.api, sale.pump, sale.shop, sale.settings
+    started, finished, cpu_s = sale.started, sale.finished, sale.cpu_s
     duration = finished - started
     seconds = int(duration) + 1
     ticks = _ticks(pump, started, settings.catchup_ticks)

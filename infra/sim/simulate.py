@@ -36,9 +36,11 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -406,6 +408,8 @@ class User:
     full_retries: int = 0
     reentries: int = 0
     purchase_answers: list = field(default_factory=list)
+    tickets: list[tuple[float, int]] = field(default_factory=list)  # every queue ticket they were given: when, seq
+    tokens: list[tuple[float, str, str]] = field(default_factory=list)  # every entry token handed: when, status, text
 
 
 def plan_users(options: argparse.Namespace, rng: random.Random) -> list[User]:
@@ -421,6 +425,10 @@ def plan_users(options: argparse.Namespace, rng: random.Random) -> list[User]:
         )
         for user_id in range(1, options.users + 1)
     ]
+
+
+# What a user does, from `started` (the crowd's start) on; its calls go through the API it is given.
+Journey = Callable[["User", "Api | InProcessApi", float, TokenSigner], Coroutine[Any, Any, None]]
 
 
 async def journey(user: User, api: Api | InProcessApi, started: float, signer: TokenSigner) -> None:
@@ -454,6 +462,7 @@ async def journey(user: User, api: Api | InProcessApi, started: float, signer: T
         user.outcome = "told sold out"
     elif entry is not None:
         user.admitted_at = user.stopped_waiting_at
+        note_token(user, entry)
         await buy(user, entry["entryToken"], api)
 
 
@@ -465,6 +474,7 @@ async def enter(user: User, api: Api | InProcessApi, signer: TokenSigner) -> dic
             if "queueTicket" in answer.body:
                 user.ticket = answer.body["queueTicket"]
                 user.seq = signer.read_ticket(user.ticket).seq
+                user.tickets.append((answer.received_at, user.seq))
             if user.entered_at is None:
                 user.entered_at = answer.sent_at
                 user.ahead, user.eta_s = answer.body.get("aheadCount"), answer.body.get("etaSeconds")
@@ -486,15 +496,29 @@ async def buy(user: User, token: str, api: Api | InProcessApi) -> None:
     user.outcome = next((outcomes[a] for a in user.purchase_answers if a in outcomes), "purchase refused")
 
 
+def note_token(user: User, entry: dict) -> None:
+    """Note the entry token `entry` hands `user` (ADMITTED or DIRECT_ADMITTED)."""
+    user.tokens.append((time.time(), entry["status"], entry["entryToken"]))
+
+
 def user_headers(user: User) -> dict:
     return {"X-User-Id": str(user.id), "X-Queue-Ticket": user.ticket}
 
 
 async def run_crowd(
-    users: list[User], api: Api, pump: RecordingPump, signer: TokenSigner, options: argparse.Namespace
+    users: list[User],
+    api: Api,
+    pump: RecordingPump,
+    signer: TokenSigner,
+    options: argparse.Namespace,
+    journey: Journey = journey,
+    on_start: Callable[[float], None] | None = None,
 ) -> float:
-    """Run every user's journey, with a progress bar, until the last one ends; returns the start time."""
+    """Run every user's `journey`, with a progress bar, until the last one ends; returns the start time (also
+    given to `on_start` as the crowd starts)."""
     started = time.time()
+    if on_start is not None:
+        on_start(started)
     with tqdm(total=len(users), unit="user", desc="journeys done", disable=not options.progress) as bar:
 
         async def one(user: User) -> None:
@@ -516,7 +540,17 @@ async def run_crowd(
 
 
 def _worker(
-    env: dict, users: list[User], api_url: str, threads: int, keyring, ready, started, go, done, results
+    env: dict,
+    users: list[User],
+    journey: Journey,
+    api_url: str,
+    threads: int,
+    keyring,
+    ready,
+    started,
+    go,
+    done,
+    results,
 ) -> None:
     """One of the simulator's worker processes (`--transport inproc`): the app, and a share of the crowd."""
     os.environ.update(env)
@@ -541,9 +575,16 @@ def _worker(
     results.put((users, record))
 
 
-def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse.Namespace) -> tuple[float, CallRecord]:
-    """Run every user's journey in `--crowd-processes` processes, each calling the app itself for its share of the
-    users, until the last one ends; the start time, the users as they ended, and what the calls met."""
+def run_crowd_in_process(
+    users: list[User],
+    stack: LocalStack,
+    options: argparse.Namespace,
+    journey: Journey = journey,
+    on_start: Callable[[float], None] | None = None,
+) -> tuple[float, CallRecord]:
+    """Run every user's `journey` in `--crowd-processes` processes, each calling the app itself for its share of
+    the users, until the last one ends; the start time (also given to `on_start` as the crowd starts), the users as
+    they ended, and what the calls met. `journey` must be importable by name (the processes are spawned)."""
     context = multiprocessing.get_context("spawn")  # not fork: this process runs the pump's thread
     # One per core: each request blocks on a Redis round trip, and more processes than cores only trade the CPU
     # among themselves, evicting each other's caches (100,000 users: 313 us per request with 2 here, 401 with 4).
@@ -557,6 +598,7 @@ def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse
             args=(
                 stack.env,
                 users[k::workers],
+                journey,
                 stack.api_url,
                 options.threads,
                 stack.settings.keyring,
@@ -575,6 +617,8 @@ def run_crowd_in_process(users: list[User], stack: LocalStack, options: argparse
         if not ready.acquire(timeout=60):
             raise SystemExit("a simulator worker did not start")
     started.value = time.time()
+    if on_start is not None:
+        on_start(started.value)
     go.set()
     record, ended = CallRecord(), []
     with tqdm(total=len(users), unit="user", desc="journeys done", disable=not options.progress) as bar:
@@ -641,24 +685,43 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Start the stack, run the crowd, write and print the report; 0 if every check passed, else 1."""
-    options = parse_options(argv)
-    options.out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Sale:
+    """A sale run on the local stack, as `analyse` reads it: the users as they ended, what their calls met, the
+    pump's record, the shop's summary, the settings, when the crowd started and finished, and CPU by whom."""
+
+    users: list[User]
+    api: CallRecord
+    pump: RecordingPump
+    shop: dict
+    settings: Any
+    started: float
+    finished: float
+    cpu_s: dict
+
+
+def run_sale(
+    options: argparse.Namespace,
+    users: list[User],
+    env: Mapping[str, str] | None = None,
+    journey: Journey = journey,
+    on_start: Callable[[float], None] | None = None,
+) -> Sale:
+    """Start the stack (on `env` over the options' settings: a REDIS_URL there is used, else an embedded Valkey),
+    run every user's `journey` (`on_start` is given the crowd's start time), stop the stack."""
     env = {
         **os.environ,
         "VQ_KEY_PREFIX": options.key_prefix or f"vqsim-{uuid.uuid4().hex[:8]}",
         "VQ_BATCH_SIZE": str(options.batch),
         "VQ_TICK_MS": str(options.tick_ms),
         "VQ_HEARTBEAT_TIMEOUT_S": str(options.heartbeat_timeout_s),
+        # The state-change events the pump publishes, counted by kind at the end.
+        "VQ_EVENTS_FILE": str(options.out / "events.jsonl"),
+        **(env or {}),
     }
     if options.max_waiting:
         env["VQ_MAX_WAITING"] = str(options.max_waiting)
-    # The state-change events the pump publishes, counted by kind at the end.
-    events_file = options.out / "events.jsonl"
-    events_file.unlink(missing_ok=True)
-    env["VQ_EVENTS_FILE"] = str(events_file)
-    users = plan_users(options, random.Random(options.seed))
+    Path(env["VQ_EVENTS_FILE"]).unlink(missing_ok=True)
     # The pump in this process prints its metrics: to pump.log, beside the API's output.
     with (
         open(options.out / "api.log", "wb") as api_log,
@@ -676,12 +739,14 @@ def main(argv: list[str] | None = None) -> int:
     ):
         configure_target(stack.api_url, options)
         redis_cpu_at, own_cpu_at = redis_cpu_s(stack.env["REDIS_URL"]), time.process_time()
+        api: CallRecord
         if options.transport == "inproc":
-            started, api = run_crowd_in_process(users, stack, options)
+            started, api = run_crowd_in_process(users, stack, options, journey, on_start)
         else:
             api = Api(stack.api_url, options.threads)
             # The simulator reads the seq in each user's ticket, to know when the pump let them in.
-            started = asyncio.run(run_crowd(users, api, stack.pump, TokenSigner(stack.settings.keyring), options))
+            signer = TokenSigner(stack.settings.keyring)
+            started = asyncio.run(run_crowd(users, api, stack.pump, signer, options, journey, on_start))
             api.close()
         finished = time.time()
         redis_cpu, own_cpu = redis_cpu_s(stack.env["REDIS_URL"]) - redis_cpu_at, time.process_time() - own_cpu_at
@@ -691,10 +756,17 @@ def main(argv: list[str] | None = None) -> int:
             if options.transport == "inproc"
             else {"the app (the local API)": None, "Redis": redis_cpu, "the pump and the crowd": own_cpu}
         )
-        report = analyse(
-            options, users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished, cpu_s
-        )
+        return Sale(users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished, cpu_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the stack, run the crowd, write and print the report; 0 if every check passed, else 1."""
+    options = parse_options(argv)
+    options.out.mkdir(parents=True, exist_ok=True)
+    sale = run_sale(options, plan_users(options, random.Random(options.seed)))
+    report = analyse(options, sale)
     # After the stack stopped: the pump's last round of publishing is in the file.
+    events_file = options.out / "events.jsonl"
     report["events"] = (
         dict(
             sorted(
