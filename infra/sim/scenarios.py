@@ -10,6 +10,10 @@
 Knobs after the scenario's name go to both runs (e.g. `--users 20000`); `--help` after the name lists them.
 Each run writes its report under build/scenarios/<scenario>/<run>/; the table is printed and written to
 build/scenarios/<scenario>.json.
+
+One more runs a sale through a Redis failover (docs/failover.md), in a module of its own:
+
+    python infra/sim/scenarios.py failover     # a sale through a failover, per replica lag (infra/sim/failover.py)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the failover scenario runs in this process
 OUT = ROOT / "build" / "scenarios"
 
 # Per scenario: its own defaults (before the caller's knobs), and the two runs' own arguments.
@@ -195,8 +200,12 @@ def _windows_side_by_side(reports: dict) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=SCENARIOS)
+    parser.add_argument("scenario", choices=[*SCENARIOS, "failover"])
     options, extra = parser.parse_known_args(argv)
+    if options.scenario == "failover":
+        from infra.sim import failover  # it sets the app's environment as it loads
+
+        return failover.main(extra)
     reports = run(options.scenario, extra)
     rows = table(options.scenario, reports)
     width = max(len(label) for label, _ in rows)

@@ -1,0 +1,127 @@
+"""The simulator's failover scenario (infra/sim/failover.py, `python infra/sim/scenarios.py failover`): the figures
+count what the users met, and a run really loses the writes the lagging replica lacked."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from chalicelib.config import Keyring
+from chalicelib.targets import Target
+from chalicelib.tokens import TokenSigner
+from infra.local.stack import ROOT
+
+KEYRING = Keyring({"k": b"k" * 32}, "k")
+TARGET = Target("limited-drop", 1)
+
+
+def test_the_figures_count_what_the_users_met():
+    from infra.sim.failover import ReturningUser, figures
+
+    signer = TokenSigner(KEYRING)
+    started, killed, promoted = 1000.0, 1010.0, 1013.0
+
+    def token(user: int, at: float, status: str) -> tuple[float, str, str]:
+        return (at, status, signer.mint_entry_token(TARGET, user, at, 300).text)
+
+    def user(n: int, **what) -> ReturningUser:
+        return ReturningUser(id=n, arrives_s=0, gives_up_s=None, leaves=False, double_clicks=False, **what)
+
+    queued_twice = [token(1, 1005, "ADMITTED"), token(1, 1020, "ADMITTED")]
+    direct_then_queued = [token(3, 1011, "DIRECT_ADMITTED"), token(3, 1030, "ADMITTED")]
+    users = [
+        # Admitted before the kill, and again after it with a new token id: under two keys at the shop.
+        user(1, outcome="bought", tickets=[(1002.0, 1)], tokens=queued_twice),
+        # Entered within the replica's lag: told NOT_IN_QUEUE after the failover, entered again, and the seq
+        # printed on their lost ticket went to a newcomer.
+        user(2, outcome="bought", tickets=[(1009.5, 7), (1016.0, 9)], reentries=1, tokens=[token(2, 1040, "ADMITTED")]),
+        user(5, outcome="bought", tickets=[(1015.0, 7)], tokens=[token(5, 1041, "ADMITTED")]),
+        # Waiting at the kill, let in directly, admitted again from the line after the failover.
+        user(3, outcome="bought", tickets=[(1003.0, 3)], tokens=direct_then_queued),
+        # A newcomer during the outage, let in directly; then told NOT_IN_QUEUE on coming back (no place).
+        user(4, outcome="bought", tokens=[token(4, 1012, "DIRECT_ADMITTED")]),
+        # Waiting at the kill, still waiting after it (no token in the window).
+        user(6, outcome="bought", tickets=[(1004.0, 4)], tokens=[token(6, 1050, "ADMITTED")], came_back="NOT_IN_QUEUE"),
+    ]
+    ids = {u.id: [signer.read_entry_token(text, at).token_id for at, _, text in u.tokens] for u in users}
+    requests = [
+        {"userId": 1, "key": ids[1][0]},
+        {"userId": 1, "key": ids[1][0]},  # sent again after the failover: its consume marker was lost
+        {"userId": 1, "key": ids[1][1]},
+        {"userId": 3, "key": ids[3][0]},
+        {"userId": 3, "key": ids[3][0]},  # a direct token bought in two containers
+        {"userId": 4, "key": ids[4][0]},
+    ]
+    sale = SimpleNamespace(
+        users=users,
+        shop={"requests": requests, "orders": [{"userId": 1}, {"userId": 3}, {"userId": 4}]},
+        settings=SimpleNamespace(keyring=KEYRING, batch_size=10, tick_ms=500),
+        started=started,
+        pump=SimpleNamespace(ticks=[(1012.0, None), (1014.0, None), (1015.0, None)]),
+    )
+    failover = SimpleNamespace(killed_at=killed, promoted_at=promoted, lag_seen_s=1.0, stream_lost_bytes=500)
+
+    f = figures(sale, failover, lag_s=1.0)
+
+    assert f["places_in_lost_writes"] == 1  # user 2's first ticket, within a second of the kill
+    assert f["places_lost"] == 2  # users 2 and 6
+    assert f["seqs_on_two_tickets"] == 1  # seq 7
+    assert (f["two_token_ids_queued_twice"], f["two_token_ids_after_fail_open"]) == (1, 1)
+    assert f["users_at_shop_under_two_keys"] == 1 and f["second_orders"] == 0
+    assert (f["consume_markers_lost"], f["outage_uses_not_written_back"]) == (1, 1)
+    # The window runs from the kill to 5 s after the pump's first tick on the promoted node (1014 + 5).
+    assert f["window_s"] == 9.0 and f["allowed_in_window"] == math.floor(20 * 9.0) + 10
+    assert (f["let_in_queued"], f["let_in_directly_ticket_holders"], f["let_in_directly_newcomers"]) == (0, 1, 1)
+    assert (f["waiting_at_kill"], f["waiting_at_kill_let_in_directly"]) == (3, 1)  # users 2, 3 and 6; user 3
+    assert f["fail_open_s"] == 1.0 and f["peak_tokens_in_a_second"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_failover_mid_sale_loses_the_writes_the_lagging_replica_lacked(tmp_path):
+    out = tmp_path / "failover"
+    command = [
+        sys.executable,
+        str(ROOT / "infra" / "sim" / "scenarios.py"),
+        "failover",
+        "--lags",
+        "1",
+        "--runs",
+        "1",
+        "--users",
+        "160",
+        "--arrival-s",
+        "6",
+        "--stock",
+        "160",
+        "--failover-at-s",
+        "4",
+        "--down-s",
+        "1",
+        "--cooldown-s",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    f = json.loads((out / "1-1.json").read_text())
+
+    # The replica really was a second behind, and the promoted node lacked what the primary had sent since.
+    assert 0.8 <= f["replica_behind_at_kill_s"] <= 2.0 and f["stream_lost_bytes"] > 0
+    # Users were told of places in that second: the rollback reached what the crowd was told.
+    assert f["places_in_lost_writes"] > 0
+    # What the run counts is bounded by what it could have lost (before the fences of issue 29 and after them).
+    assert f["seqs_on_two_tickets"] <= f["places_in_lost_writes"] + 3
+    assert f["users_at_shop_under_two_keys"] <= f["two_token_ids_after_fail_open"] + f["two_token_ids_queued_twice"]
+    assert f["let_in_directly_newcomers"] > 0, "the address was dead: newcomers failed open"
+    assert f["bought"] == f["users"] == 160
+    # The table says what measured it, and when.
+    assert "failover mid-sale, 20" in run.stdout and "scenarios.py failover --lags 1" in run.stdout
+    assert "places lost (told NOT_IN_QUEUE)" in run.stdout
