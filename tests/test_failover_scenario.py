@@ -1,5 +1,6 @@
-"""The simulator's failover scenario (infra/sim/failover.py, `python infra/sim/scenarios.py failover`): the figures
-count what the users met, and a run really loses the writes the lagging replica lacked."""
+"""The simulator's failover scenario (infra/sim/failover.py, `python infra/sim/scenarios.py failover`) and the WAIT
+measurement beside it (infra/sim/wait_cost.py): the figures count what the users met, a run really loses the writes
+the lagging replica lacked, and an enforced WAIT refuses every write once the replica is gone."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 import math
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from chalicelib.config import Keyring
+from chalicelib.redis_connection import StoreUnavailable
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
 from infra.local.stack import ROOT
@@ -125,3 +128,26 @@ def test_a_failover_mid_sale_loses_the_writes_the_lagging_replica_lacked(tmp_pat
     # The table says what measured it, and when.
     assert "failover mid-sale, 20" in run.stdout and "scenarios.py failover --lags 1" in run.stdout
     assert "places lost (told NOT_IN_QUEUE)" in run.stdout
+
+
+@pytest.mark.faults
+def test_an_enforced_wait_refuses_every_write_once_the_replica_is_gone():
+    from infra.sim.wait_cost import Writes, store_of
+    from tests.support.replication import ReplicatedPair
+
+    pair = ReplicatedPair()
+    try:
+        store = store_of(pair.url, wait_ms=200, enforce=True)
+        Writes(store, "in-sync").enter()
+        in_sync = len(store.client.acknowledged)
+        assert in_sync and set(store.client.acknowledged) == {1}
+        pair.fail_over()
+        # One replica per shard: the promoted node has none, and every write waits out the timeout, then fails.
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                Writes(store, "alone").enter()
+            assert time.monotonic() - started >= 0.2
+        assert store.client.acknowledged[in_sync:] == [0, 0, 0]
+    finally:
+        pair.close()

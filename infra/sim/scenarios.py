@@ -11,9 +11,10 @@ Knobs after the scenario's name go to both runs (e.g. `--users 20000`); `--help`
 Each run writes its report under build/scenarios/<scenario>/<run>/; the table is printed and written to
 build/scenarios/<scenario>.json.
 
-One more runs a sale through a Redis failover (docs/failover.md), in a module of its own:
+Two more measure a Redis failover (docs/failover.md), each in a module of its own:
 
     python infra/sim/scenarios.py failover     # a sale through a failover, per replica lag (infra/sim/failover.py)
+    python infra/sim/scenarios.py wait         # what WAIT after the queue's writes costs and buys (wait_cost.py)
 """
 
 from __future__ import annotations
@@ -200,12 +201,16 @@ def _windows_side_by_side(reports: dict) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=[*SCENARIOS, "failover"])
+    parser.add_argument("scenario", choices=[*SCENARIOS, "failover", "wait"])
     options, extra = parser.parse_known_args(argv)
     if options.scenario == "failover":
         from infra.sim import failover  # it sets the app's environment as it loads
 
         return failover.main(extra)
+    if options.scenario == "wait":
+        from infra.sim import wait_cost
+
+        return wait_cost.main(extra)
     reports = run(options.scenario, extra)
     rows = table(options.scenario, reports)
     width = max(len(label) for label, _ in rows)
