@@ -42,8 +42,22 @@ from tests.support.replication import ReplicatedPair  # noqa: E402
 OUT = ROOT / "build" / "scenarios"
 LAGS_S = (0.0, 0.25, 1.0, 3.0)  # 0: the outage alone
 # The sale: 600 users over 20 s (30 a second) against 20 admissions a second, so a line builds, and enters,
-# admissions and purchases all go on when the primary dies 12 s in. Everyone who keeps polling buys.
-SALE = ["--users", "600", "--arrival-s", "20", "--batch", "10", "--tick-ms", "500", "--stock", "600", "--abandon", "0"]
+# admissions and purchases all go on when the primary dies 12 s in. Everyone who keeps polling buys, and the shop
+# never sells out: a sold-out line would answer SOLD_OUT to a user coming back, hiding what their ticket lost.
+SALE = [
+    "--users",
+    "600",
+    "--arrival-s",
+    "20",
+    "--batch",
+    "10",
+    "--tick-ms",
+    "500",
+    "--stock",
+    "1000000",
+    "--abandon",
+    "0",
+]
 SETTLE_S = 5.0  # the window of admissions ends this long after the pump's first tick on the promoted node
 PROBE_EVERY_S = 0.05  # the harness's clock probe, written to the primary and read from the replica
 BODY = b'{"quantity": 1}'  # a purchase, as the simulator sends it
