@@ -24,7 +24,7 @@ TARGET = Target("limited-drop", 1)
 
 
 def test_the_figures_count_what_the_users_met():
-    from infra.sim.failover import ReturningUser, figures
+    from infra.sim.failover_figures import figures  # not infra/sim/failover.py: it sets the app's environment
 
     signer = TokenSigner(KEYRING)
     started, killed, promoted = 1000.0, 1010.0, 1013.0
@@ -32,8 +32,11 @@ def test_the_figures_count_what_the_users_met():
     def token(user: int, at: float, status: str) -> tuple[float, str, str]:
         return (at, status, signer.mint_entry_token(TARGET, user, at, 300).text)
 
-    def user(n: int, **what) -> ReturningUser:
-        return ReturningUser(id=n, arrives_s=0, gives_up_s=None, leaves=False, double_clicks=False, **what)
+    def user(n: int, **what) -> SimpleNamespace:
+        # What figures() reads of a simulated user (infra/sim/failover.py's ReturningUser).
+        return SimpleNamespace(
+            **{"id": n, "tickets": [], "reentries": 0, "came_back": None, "resent": "ENTRY_TOKEN_USED", **what}
+        )
 
     queued_twice = [token(1, 1005, "ADMITTED"), token(1, 1020, "ADMITTED")]
     direct_then_queued = [token(3, 1011, "DIRECT_ADMITTED"), token(3, 1030, "ADMITTED")]
