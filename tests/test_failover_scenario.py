@@ -116,6 +116,7 @@ def test_a_failover_mid_sale_loses_the_writes_the_lagging_replica_lacked(tmp_pat
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     f = json.loads((out / "1-1.json").read_text())
+    assert json.loads((tmp_path / "failover.json").read_text())["runs"]["1.0"] == [f]
 
     # The replica really was a second behind, and the promoted node lacked what the primary had sent since.
     assert 0.8 <= f["replica_behind_at_kill_s"] <= 2.0 and f["stream_lost_bytes"] > 0

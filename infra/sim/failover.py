@@ -11,8 +11,8 @@ allowance) and what each counts: docs/failover.md.
     python infra/sim/scenarios.py failover                     # lags 0 (the outage alone), 0.25, 1, 3 s; 3 runs each
     python infra/sim/scenarios.py failover --lags 1 --runs 1   # one run; the simulator's knobs too (--users 1000)
 
-Each run's figures go to <--out>/<lag>-<run>.json (build/scenarios/failover/), the table to
-build/scenarios/failover.json.
+Each run's figures go to <--out>/<lag>-<run>.json (--out: build/scenarios/failover/), the table beside that
+folder (build/scenarios/failover.json).
 """
 
 from __future__ import annotations
@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'replica lag (s)':<{width}}  " + " | ".join(f"{lag:g}" for lag in runs))
     for label, cells in rows:
         print(f"  {label:<{width}}  " + " | ".join(cells))
-    (OUT / "failover.json").write_text(
+    # Beside the runs' folder: build/scenarios/failover.json by default.
+    (out.parent / f"{out.name}.json").write_text(
         json.dumps({"date": date, "command": command.strip(), "rows": rows, "runs": runs}, indent=1)
     )
     return 0
