@@ -18,6 +18,7 @@ from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorize
 
 from chalicelib import gate, page, runtime
 from chalicelib.errors import QueueError
+from chalicelib.identity import page_identity
 from chalicelib.observability import (
     add_request_keys,
     close_request_keys,
@@ -30,7 +31,7 @@ from chalicelib.observability import (
 )
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.target_config import parse_config
-from chalicelib.targets import TARGET_TYPES, TargetType, parse_target, parse_user_id
+from chalicelib.targets import TARGET_TYPES, TargetType, parse_target
 
 app = Chalice(app_name="virtual-queue", configure_logs=False)
 # No route takes or answers binary media: bodies are JSON (a route refuses any other Content-Type with 415), pages
@@ -43,6 +44,8 @@ app.api.binary_types = []
 # only to read the routes (package, deploy), without the runtime's settings, so it is spared the check.
 if not os.environ.get("AWS_CHALICE_CLI_MODE"):
     runtime.settings()
+    # In jwt mode: the identity provider's keys, checked (VQ_JWKS) or first fetched (VQ_JWKS_URL) from the start.
+    runtime.identity()
 
 
 @app.middleware("http")
@@ -113,31 +116,33 @@ def _target(queue_type, target_id):
     return target
 
 
-def _user_id():
-    user_id = parse_user_id(_header("x-user-id"))
-    add_request_keys(user_id=user_id)
-    return user_id
+def _caller():
+    """Who is calling (chalicelib/identity.py: X-User-Id, or a verified bearer JWT)."""
+    caller = runtime.identity().caller(app.current_request.headers)
+    add_request_keys(user_id=caller.user_id)
+    return caller
 
 
 @app.route(ENTRIES, methods=["POST"])
 @answers_queue_errors
 def enter(queue_type, target_id):
     target = _target(queue_type, target_id)
-    return runtime.waiting_room().enter(target, _user_id()).to_body()
+    caller = _caller()
+    return runtime.waiting_room().enter(target, caller.user_id, caller.invited_to(target)).to_body()
 
 
 @app.route(ENTRIES + "/me", methods=["GET"])
 @answers_queue_errors
 def status(queue_type, target_id):
     target = _target(queue_type, target_id)
-    return runtime.waiting_room().status(target, _user_id(), _header("x-queue-ticket")).to_body()
+    return runtime.waiting_room().status(target, _caller().user_id, _header("x-queue-ticket")).to_body()
 
 
 @app.route(ENTRIES + "/me", methods=["DELETE"])
 @answers_queue_errors
 def leave(queue_type, target_id):
     target = _target(queue_type, target_id)
-    runtime.waiting_room().leave(target, _user_id(), _header("x-queue-ticket"))
+    runtime.waiting_room().leave(target, _caller().user_id, _header("x-queue-ticket"))
     return Response(body="", status_code=204)
 
 
@@ -166,8 +171,14 @@ def put_config(queue_type, target_id):
 @app.lambda_function(name="purchase_authorizer")
 def purchase_authorizer(event, context):
     """API Gateway REQUEST authorizer of the purchase routes: Allow exactly this method ARN for a valid
-    entry token of the route's target and the caller's X-User-Id, else Deny. Needs no Redis; never raises."""
-    verdict = gate.authorize(runtime.signer(), event, time.time(), runtime.switch().queue_enabled)
+    entry token of the route's target and the caller (chalicelib/identity.py), else Deny. Needs no Redis.
+    Raises only to make API Gateway answer 401 (no JWT the identity provider vouches for: "Unauthorized", its
+    UNAUTHORIZED response) or 503 (its keys cannot be had: AUTHORIZER_FAILURE), both in infra/authorizer.yaml."""
+    verdict = gate.authorize(runtime.signer(), runtime.identity(), event, time.time(), runtime.switch().queue_enabled)
+    if verdict.refusal == "unauthenticated":
+        raise Exception("Unauthorized")  # noqa: TRY002 (API Gateway's contract: exactly this message)
+    if verdict.refusal == "unavailable":
+        raise RuntimeError("the identity provider's keys cannot be had")
     if not verdict.allowed and not verdict.keys_unavailable:  # that one the signer counted already
         # Only a denial logs, so only a denial gathers what its line carries: the request id and the function's
         # context (Powertools' inject_lambda_context on every call cost a third of an Allow). The event is never
@@ -184,9 +195,9 @@ def purchase_authorizer(event, context):
 
 
 # Deployed, API Gateway runs `purchase_authorizer` before the purchase routes. Chalice can only describe a
-# TOKEN authorizer, so infra/authorizer.yaml rewrites this one into a REQUEST authorizer on X-Entry-Token and
-# X-User-Id and points it at the function (the URI below is a placeholder). Locally no custom authorizer
-# runs: the routes check the token themselves either way.
+# TOKEN authorizer, so infra/authorizer.yaml rewrites this one into a REQUEST authorizer and points it at the
+# function (the URI below is a placeholder). Locally no custom authorizer runs: the routes identify the caller
+# and check the token themselves either way.
 PURCHASE_AUTHORIZER = CustomAuthorizer(
     "purchase_authorizer",
     authorizer_uri="set-by-infra/authorizer.yaml",
@@ -202,7 +213,7 @@ def _purchase(target_type, target_id):
             target_type=target_type,
             target_id=target_id,
             entry_token=request.headers.get("x-entry-token"),
-            user_id=request.headers.get("x-user-id"),
+            user_id=_caller().user_id,
             authorizer=request.context.get("authorizer"),
             body=request.raw_body,
             content_type=request.headers.get("content-type"),
@@ -298,6 +309,7 @@ def waiting_room_page(queue_type, target_id):
             page_path=WAITING_ROOM.format(queue_type=target.type, target_id=target.id),
             entries_path=ENTRIES.format(queue_type=target.type, target_id=target.id),
             purchase_path=gate.purchase_path(target),
+            identity=page_identity(runtime.settings()),
         )
     )
 

@@ -35,10 +35,12 @@ class PreQueued:
 
 @dataclass
 class Admitted:
-    """Holds the entry token of `grant` (as queue state spells it); `issued_now`: this very call admitted the user."""
+    """Holds the entry token of `grant` (as queue state spells it) for their entry numbered `entry`; `issued_now`:
+    this very call admitted the user."""
 
     grant: str
     issued_now: bool
+    entry: int = 0
 
 
 class Full:
@@ -47,6 +49,10 @@ class Full:
 
 class Closed:
     """The target's line is closed to newcomers (past its closesAt)."""
+
+
+class NotInvited:
+    """The target is invite-only and the caller's invites do not name it: nothing was written but the count."""
 
 
 class Gone:
@@ -77,7 +83,18 @@ class FlagChanged:
 
 
 Place = (
-    Waiting | PreQueued | Admitted | Full | Closed | Gone | OtherEntry | SoldOut | Unknown | SwitchedOff | FlagChanged
+    Waiting
+    | PreQueued
+    | Admitted
+    | Full
+    | Closed
+    | NotInvited
+    | Gone
+    | OtherEntry
+    | SoldOut
+    | Unknown
+    | SwitchedOff
+    | FlagChanged
 )
 
 
@@ -109,6 +126,7 @@ class QueueFigures:
     known: bool  # an operator opened the target (or a first enter did, where targets open on first use)
     sold_out_released: int  # users told SOLD_OUT whose place was released
     orders: int  # purchases the shop accepted (2xx)
+    not_invited: int  # enters refused by an invite-only target
     allowed_batch: float | None  # users per tick the shop's health allows (originSlo), if adjusted
     purchases: list[shop_health.Purchase]  # the latest forwarded purchases, newest first
 
@@ -149,16 +167,22 @@ _PLACES: dict[str, Callable[[Any], Place]] = {
         opens_at_ms=int(r.opens_at_ms) if r.opens_at_ms else None,
         created=getattr(r, "created", 0) == 1,
     ),
-    "ADMITTED": lambda r: Admitted(grant=r.held.split(" ")[-1], issued_now=r.issued_now == 1),  # '<entry> <grant>'
+    "ADMITTED": lambda r: _admitted(r.held, r.issued_now == 1),
     "FLAG": lambda r: FlagChanged(r.target_version),
     "FULL": lambda _: Full(),
     "CLOSED": lambda _: Closed(),
+    "NOT_INVITED": lambda _: NotInvited(),
     "OTHER_ENTRY": lambda _: OtherEntry(),
     "SOLD_OUT": lambda _: SoldOut(),
     "UNKNOWN_TARGET": lambda _: Unknown(),
     "OFF": lambda _: SwitchedOff(),
     "NOT_IN_QUEUE": lambda _: Gone(),
 }
+
+
+def _admitted(held: str, issued_now: bool) -> Admitted:
+    entry, _, grant = held.rpartition(" ")  # '<entry number> <grant>'
+    return Admitted(grant=grant, issued_now=issued_now, entry=int(entry) if entry.isdigit() else 0)
 
 
 def place_of(reply: Any) -> Place:

@@ -95,6 +95,20 @@ def load_keyring(env: Mapping[str, str] = os.environ, secrets: Any = None) -> Ke
 
 
 @dataclass(frozen=True)
+class JwtSettings:
+    """How `VQ_IDENTITY=jwt` verifies a caller: the issuer's keys (inline or at a URL), the claims that must match,
+    and the claim that names the user (docs/identity.md)."""
+
+    issuer: str
+    audience: str
+    jwks: Mapping[str, Any] | None  # VQ_JWKS, parsed; or
+    jwks_url: str | None  # VQ_JWKS_URL
+    user_claim: str = "sub"
+    leeway_s: int = 30
+    jwks_max_age_s: int = 600
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the waiting room is tuned by."""
 
@@ -131,6 +145,9 @@ class Settings:
     event_bus: str | None = None
     events_file: Path | None = None
     events_cap: int = 100_000
+    jwt: JwtSettings | None = None  # None: VQ_IDENTITY=header, the caller is X-User-Id
+    login_url: str | None = None
+    max_purchase_body_bytes: int = 16_384
 
     @property
     def admissions_per_second(self) -> float:
@@ -178,6 +195,49 @@ def _choice(env: Mapping[str, str], name: str, choices: Mapping[str, bool], defa
     if text not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
     return choices[text]
+
+
+def _url(env: Mapping[str, str], name: str) -> str | None:
+    """An https URL (http only to this machine, for local runs), or None when unset."""
+    text = env.get(name)
+    if not text:
+        return None
+    parts = urlsplit(text)
+    local = parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost")
+    if not re.fullmatch(r"[\x21-\x7e]{1,2000}", text) or not (parts.scheme == "https" or local) or not parts.hostname:
+        raise ConfigError(f"{name} must be an https URL (http only to 127.0.0.1 or localhost), got {text[:100]!r}")
+    return text
+
+
+def _jwt(env: Mapping[str, str]) -> JwtSettings | None:
+    if not _choice(env, "VQ_IDENTITY", {"header": False, "jwt": True}, "header"):
+        return None
+    missing = [name for name in ("VQ_JWT_ISSUER", "VQ_JWT_AUDIENCE") if not env.get(name)]
+    if missing:
+        raise ConfigError(f"VQ_IDENTITY=jwt needs {' and '.join(missing)}")
+    inline, url = env.get("VQ_JWKS"), _url(env, "VQ_JWKS_URL")
+    if bool(inline) == bool(url):
+        raise ConfigError("VQ_IDENTITY=jwt needs the issuer's keys: VQ_JWKS (a JWKS document) or VQ_JWKS_URL, not both")
+    jwks = None
+    if inline:
+        try:
+            jwks = json.loads(inline)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"VQ_JWKS is not valid JSON: {exc.msg}") from None
+        if not isinstance(jwks, dict) or not isinstance(jwks.get("keys"), list):
+            raise ConfigError('VQ_JWKS must be a JWKS document: {"keys": [...]}')
+    claim = env.get("VQ_JWT_USER_CLAIM") or "sub"
+    if not re.fullmatch(r"[A-Za-z0-9_:./-]{1,64}", claim):
+        raise ConfigError(f"VQ_JWT_USER_CLAIM must be a claim name, got {claim!r}")
+    return JwtSettings(
+        issuer=env["VQ_JWT_ISSUER"],
+        audience=env["VQ_JWT_AUDIENCE"],
+        jwks=jwks,
+        jwks_url=url,
+        user_claim=claim,
+        leeway_s=_bounded_int(env, "VQ_JWT_LEEWAY_S", 30, 0, 300),
+        jwks_max_age_s=_bounded_int(env, "VQ_JWKS_MAX_AGE_S", 600, 60, 86_400),
+    )
 
 
 def _appconfig(env: Mapping[str, str]) -> tuple[str, str, str] | None:
@@ -232,4 +292,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         event_bus=env.get("VQ_EVENT_BUS") or None,
         events_file=Path(env["VQ_EVENTS_FILE"]) if env.get("VQ_EVENTS_FILE") else None,
         events_cap=_positive_int(env, "VQ_EVENTS_CAP", 100_000),
+        jwt=_jwt(env),
+        login_url=_url(env, "VQ_LOGIN_URL"),
+        max_purchase_body_bytes=_positive_int(env, "VQ_MAX_PURCHASE_BODY_BYTES", 16_384),
     )

@@ -106,3 +106,32 @@ class QueueSoldOut(QueueError):
 
     status = 409
     code = "SOLD_OUT"
+
+
+class Unauthenticated(QueueError):
+    """No verified caller (VQ_IDENTITY=jwt): the bearer JWT is missing, malformed, expired, or not the shop's."""
+
+    status = 401
+    code = "UNAUTHENTICATED"
+
+    def __init__(self, detail: str, invalid_token: bool = True) -> None:
+        # RFC 6750: a request that sent no token gets the scheme alone; a refused token, the error too.
+        challenge = 'Bearer realm="virtual-queue"' + (', error="invalid_token"' if invalid_token else "")
+        super().__init__(detail, {"WWW-Authenticate": challenge})
+
+
+class QueueInviteOnly(QueueError):
+    """The target is invite-only and the caller's verified invites do not name it."""
+
+    status = 403
+    code = "NOT_INVITED"
+
+
+class PayloadTooLarge(QueueError):
+    status = 413
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class UnsupportedMediaType(QueueError):
+    status = 415
+    code = "UNSUPPORTED_MEDIA_TYPE"

@@ -1,9 +1,11 @@
 """The runtime switch of the queue: Powertools FeatureFlags over AppConfig (deployed) or a JSON file (local).
 
 Flag `virtual_queue_enabled`, evaluated with the context `{"target": "limited-drop:42", "type":
-"limited-drop", "user_id": 7}`: its rules give per-target overrides (`KEY_IN_VALUE` on `target`) and a
-percentage rollout by user id (`MODULO_RANGE` on `user_id`), first matching rule wins. `infra/flags.json`
-is the schema's example and the local default.
+"limited-drop", "user_id": 8310461276254307583}`: its rules give per-target overrides (`KEY_IN_VALUE` on
+`target`) and a percentage rollout by user (`MODULO_RANGE` on `user_id`), first matching rule wins. User ids
+are opaque strings and MODULO_RANGE needs an integer, so `user_id` is the user's bucket number: the first 8
+bytes of SHA-256 of the verified user id, big-endian (`bucket`). `infra/flags.json` is the schema's example
+and the local default.
 
 Two routes bring a new configuration to a container (docs/architecture.md: the feature flag's two routes):
 - its source: AppConfig polled honestly, never faster than the session's minimum interval (15 s), or the
@@ -157,6 +159,11 @@ class AppConfigSession(StoreProvider):
                 logger.error("flag configuration from AppConfig is not JSON; keeping the last one")
 
 
+def bucket(user_id: str) -> int:
+    """The number a percentage rollout sorts `user_id` by: stable, and spread evenly whatever the ids look like."""
+    return int.from_bytes(hashlib.sha256(user_id.encode()).digest()[:8], "big")
+
+
 @dataclass(frozen=True)
 class Decision:
     """Whether a user goes through the queue, and the version of the flag configuration that said so."""
@@ -216,10 +223,10 @@ class QueueSwitch:
         self._in_effect = _InEffect()
         self._flags = FeatureFlags(store=self._in_effect)
 
-    def queue_enabled(self, target: Target, user_id: int | None = None) -> bool:
+    def queue_enabled(self, target: Target, user_id: str | None = None) -> bool:
         return self.decide(target, user_id).queued
 
-    def decide(self, target: Target, user_id: int | None = None) -> Decision:
+    def decide(self, target: Target, user_id: str | None = None) -> Decision:
         """The decision for `user_id` (None: not known) of `target`, with the version it was made by."""
         self._follow_source()
         in_effect = self._in_effect
@@ -228,7 +235,7 @@ class QueueSwitch:
             return decided[target]
         context: dict[str, Any] = {"target": str(target), "type": target.type}
         if user_id is not None:
-            context["user_id"] = user_id
+            context["user_id"] = bucket(user_id)
         try:
             queued = bool(self._flags.evaluate(name=FLAG, context=context, default=self.default))
         except Exception:  # a malformed schema raises; the switch must still answer

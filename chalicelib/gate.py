@@ -1,9 +1,12 @@
 """Who may reach a purchase route: the one verification shared by the REQUEST authorizer and the routes.
 
 Deployed, API Gateway runs `purchase_authorizer` before the route; `chalice local` and the test client
-run no custom authorizer, so the routes apply the same `check_entry` themselves. Nothing here touches
-Redis or raises on client input: every doubt is a denial, unless the queue is switched off for the
-caller (the feature flag), which is asked only when there is no valid token, so a valid one costs nothing.
+run no custom authorizer, so the routes apply the same `check_entry` themselves. The caller is who
+identity.py says (X-User-Id, or the user of a verified JWT), and a token buys only for the user it was
+issued to. Nothing here touches Redis or raises on client input: every doubt is a denial, unless the
+queue is switched off for the caller (the feature flag), which is asked only when there is no valid token,
+so a valid one costs nothing. A caller the identity provider's JWT does not vouch for is told so (401),
+and keys that cannot be had are a dependency failure (503), not a denial.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chalicelib.errors import InvalidArgument, SigningKeysUnavailable
-from chalicelib.targets import TARGET_TYPES, Target, TargetType, parse_positive_id, parse_user_id
+from chalicelib.errors import InvalidArgument, QueueUnavailable, SigningKeysUnavailable, Unauthenticated
+from chalicelib.identity import Identity
+from chalicelib.targets import TARGET_TYPES, Target, TargetType, parse_positive_id
 from chalicelib.tokens import EntryToken, TokenSigner
 
-_ENTRY_HEADERS = ("x-entry-token", "x-user-id")
+# The headers the authorizer reads: the token, and whichever the identity reads.
+_ENTRY_HEADERS = ("x-entry-token", "x-user-id", "authorization")
 
 # arn:aws:execute-api:{region}:{account}:{apiId}/{stage}/POST/{path}: only a POST to a purchase path.
 _ARN_HEAD = r"arn:aws[a-z-]*:execute-api:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9]+/[A-Za-z0-9_-]+/POST"
@@ -35,12 +40,15 @@ _ROUTE_ARN = re.compile(_ARN_HEAD + "(?:" + "|".join(map(_path_pattern, TARGET_T
 
 @dataclass(frozen=True)
 class Verdict:
-    """The authorizer's answer: the IAM policy for API Gateway, and what was decided about which target."""
+    """The authorizer's answer: the IAM policy for API Gateway, and what was decided about which target.
+    `refusal` instead of a policy: "unauthenticated" (401: no JWT the identity provider vouches for), or
+    "unavailable" (503: its keys cannot be had)."""
 
     policy: dict[str, Any]
     allowed: bool
     target: Target | None
     keys_unavailable: bool = False  # denied because no token could be verified, not for what the caller sent
+    refusal: str | None = None
 
 
 def purchase_path(target: Target) -> str:
@@ -67,41 +75,28 @@ def target_from_method_arn(method_arn: object) -> Target | None:
 
 
 # Whether the queue applies to a user (None: not known) of a target: the feature flag.
-QueueEnabled = Callable[[Target, "int | None"], bool]
-
-
-def caller_id(user_header: object) -> int | None:
-    """The user id `X-User-Id` names, or None when it is missing or malformed."""
-    try:
-        return parse_user_id(user_header) if isinstance(user_header, str) else None
-    except InvalidArgument:
-        return None
+QueueEnabled = Callable[[Target, "str | None"], bool]
 
 
 def check_entry(
     signer: TokenSigner,
     target: Target,
     token_header: object,
-    user_header: object,
+    user_id: str,
     now: float,
 ) -> EntryToken | None:
-    """The entry token if it is genuine, unexpired, and grants `target` to the user `user_header` names.
+    """The entry token if it is genuine, unexpired, and grants `target` to the verified user `user_id`.
 
     Never raises: missing, junk, oversized or non-ASCII input is simply None.
     """
-    user_id = caller_id(user_header)
-    if user_id is None:
-        return None
     token = signer.read_entry_token(token_header, now)
     return token if token is not None and token.grants(target, user_id) else None
 
 
-def entry_headers(headers: object) -> tuple[str | None, str | None]:
-    """`X-Entry-Token` and `X-User-Id` from an authorizer event's `headers`, names matched case-insensitively.
-
-    A header is None when absent, or when differently-cased copies disagree (the gateway and the app
-    could read different ones).
-    """
+def request_headers(headers: object) -> dict[str, str]:
+    """The headers the gate reads from an authorizer event's `headers`, by lower-case name, names matched
+    case-insensitively. A header is left out when differently-cased copies disagree (the gateway and the app
+    could read different ones)."""
     found: dict[str, str | None] = {}
     if isinstance(headers, dict):
         for key, value in headers.items():
@@ -109,48 +104,57 @@ def entry_headers(headers: object) -> tuple[str | None, str | None]:
             if name in _ENTRY_HEADERS:
                 agrees = isinstance(value, str) and found.get(name, value) == value
                 found[name] = value if agrees else None
-    return found.get("x-entry-token"), found.get("x-user-id")
+    return {name: value for name, value in found.items() if value is not None}
 
 
-def authorize(signer: TokenSigner, event: object, now: float, queue_enabled: QueueEnabled) -> Verdict:
-    """Judge a REQUEST authorizer event: Allow exactly this method ARN for a valid entry token, or for anyone
-    while the queue is switched off for them; else Deny."""
+def authorize(
+    signer: TokenSigner, identity: Identity, event: object, now: float, queue_enabled: QueueEnabled
+) -> Verdict:
+    """Judge a REQUEST authorizer event: Allow exactly this method ARN for a valid entry token of the caller, or
+    for any caller while the queue is switched off for them; else Deny (or a refusal: see Verdict)."""
     if not isinstance(event, dict):
         return _deny(None, None)
     method_arn = event.get("methodArn")
     target = target_from_method_arn(method_arn)
     if not isinstance(method_arn, str) or target is None:
         return _deny(method_arn, None)
-    token_header, user_header = entry_headers(event.get("headers"))
+    headers = request_headers(event.get("headers"))
     try:
-        token = check_entry(signer, target, token_header, user_header, now)
+        user_id = identity.caller(headers).user_id
+    except InvalidArgument:
+        # A malformed X-User-Id: without a well-formed user id the flag cannot tell either (a percentage rollout
+        # goes by user), and the route needs one anyway.
+        return _deny(method_arn, target)
+    except Unauthenticated:
+        return Verdict(_policy("anonymous", "Deny", method_arn, {}), False, target, refusal="unauthenticated")
+    except QueueUnavailable:
+        return Verdict(_policy("anonymous", "Deny", method_arn, {}), False, target, refusal="unavailable")
+    try:
+        token = check_entry(signer, target, headers.get("x-entry-token"), user_id, now)
     except SigningKeysUnavailable:
         # Fail safe: no token passes unverified (and no 500), though the switched-off queue still lets through.
         token, keys_unavailable = None, True
     else:
         keys_unavailable = False
     if token is None:
-        user_id = caller_id(user_header)
-        # Without a well-formed user id the flag cannot tell (a percentage rollout goes by user); the route needs
-        # one anyway.
-        if user_id is None or queue_enabled(target, user_id):
+        if queue_enabled(target, user_id):
             return replace(_deny(method_arn, target), keys_unavailable=keys_unavailable)
-        context = {"userId": str(user_id), "targetType": target.type, "targetId": str(target.id), "tokenId": ""}
-        return Verdict(_policy(str(user_id), "Allow", method_arn, context), True, target)
+        context = {"userId": user_id, "targetType": target.type, "targetId": str(target.id), "tokenId": ""}
+        return Verdict(_policy(user_id, "Allow", method_arn, context), True, target)
     context = {
-        "userId": str(token.user_id),
+        "userId": token.user_id,
         "targetType": target.type,
         "targetId": str(target.id),
         "tokenId": token.token_id,
     }
-    return Verdict(_policy(str(token.user_id), "Allow", method_arn, context), True, target)
+    return Verdict(_policy(token.user_id, "Allow", method_arn, context), True, target)
 
 
 def context_agrees(context: Mapping[str, Any], token: EntryToken) -> bool:
     """Whether an authorizer's context describes exactly `token` (same user, target and token id)."""
     return (
         context.get("tokenId") == token.token_id
-        and context.get("userId") == str(token.user_id)
+        and context.get("userId") == token.user_id
         and context.get("targetType") == token.target.type
         and context.get("targetId") == str(token.target.id)
     )

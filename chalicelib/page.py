@@ -162,9 +162,11 @@ def render(
     page_path: str,
     entries_path: str,
     purchase_path: str,
+    identity: Mapping[str, str | None],
 ) -> Page:
     """The waiting room of `target` served at `page_path` in `lang`: it queues at `entries_path` and buys at
-    `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them."""
+    `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them, `identity`
+    how the page names its shopper (identity.page_identity)."""
     texts = messages()[lang]
     kind = TARGET_TYPES[target.type].labels[lang]
     name = display.get("displayName") or texts["fallbackName"].format(type=kind, id=target.id)
@@ -177,6 +179,7 @@ def render(
         "entries": _relative(page_path, entries_path),
         "purchase": _relative(page_path, purchase_path),
         "serviceWorker": _relative(page_path, SERVICE_WORKER_PATH),
+        "identity": dict(identity),
         "messages": texts,
     }
     return _template("waiting-room.html", script="waiting-room.js").fill(values, {"CONFIG": _script_json(config)})

@@ -26,9 +26,11 @@ from chalicelib.errors import (
     InvalidArgument,
     OriginNotConfigured,
     OriginUnavailable,
+    PayloadTooLarge,
     QueueBypassDenied,
     QueueUnavailable,
     UnknownTarget,
+    UnsupportedMediaType,
 )
 from chalicelib.flags import QueueSwitch
 from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
@@ -41,8 +43,14 @@ from chalicelib.store import QueueStore
 from chalicelib.targets import Target, parse_user_id
 from chalicelib.tokens import EntryToken, TokenSigner
 
-# What can be passed on as a header: visible ASCII (http.client refuses anything else, after the token was used).
-_CONTENT_TYPE = re.compile(r"[\x20-\x7e]{1,255}")
+# A media type as RFC 9110 spells it: `type/subtype` and `; name=value` parameters (a token or a quoted string),
+# in visible ASCII (http.client refuses anything else, after the token was used). Only JSON is bought with.
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_MEDIA_TYPE = re.compile(
+    rf"[ \t]*(?P<type>{_TOKEN})/(?P<subtype>{_TOKEN})"
+    rf"(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*\"))*[ \t]*"
+)
+MAX_CONTENT_TYPE = 255
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,7 @@ class PurchaseRequest:
     target_type: str
     target_id: str
     entry_token: str | None
-    user_id: str | None
+    user_id: str | None  # the caller as identity.py verified it
     # The authorizer's context when API Gateway ran `purchase_authorizer`; None locally.
     authorizer: Mapping[str, Any] | None
     body: bytes
@@ -95,20 +103,24 @@ class PurchaseGate:
     def purchase(self, request: PurchaseRequest) -> OriginAnswer:
         """Verify the entry token, use it up, forward the purchase, and answer what the downstream answered.
 
-        Raises InvalidArgument (a malformed X-User-Id or Content-Type), QueueBypassDenied (no valid token for
-        this target and user, or one revoked by leaving), EntryTokenUsed (already bought), OriginNotConfigured,
-        OriginUnavailable, QueueUnavailable (Redis out of memory, or down and VQ_FAIL_MODE=closed). While the
-        queue is switched off for the caller, a purchase without a valid token goes straight through.
+        Raises InvalidArgument (a malformed user id or Content-Type), PayloadTooLarge (a body over
+        VQ_MAX_PURCHASE_BODY_BYTES), UnsupportedMediaType (not application/json), QueueBypassDenied (no valid
+        token for this target and user, or one revoked by leaving), EntryTokenUsed (already bought),
+        OriginNotConfigured, OriginUnavailable, QueueUnavailable (Redis out of memory, or down and
+        VQ_FAIL_MODE=closed). While the queue is switched off for the caller, a purchase without a valid token
+        goes straight through.
         """
         now = self.clock()
         # Bad input is refused before anything is used up.
-        user_id = parse_user_id(request.user_id if isinstance(request.user_id, str) else None)
-        if request.content_type is not None and not _CONTENT_TYPE.fullmatch(request.content_type):
-            raise InvalidArgument("Content-Type must be 1 to 255 visible ASCII characters")
+        if len(request.body or b"") > self.settings.max_purchase_body_bytes:
+            raise PayloadTooLarge(f"a purchase body is at most {self.settings.max_purchase_body_bytes} bytes")
+        user_id = parse_user_id(request.user_id if isinstance(request.user_id, str) else None, "the user id")
+        if request.content_type is not None:
+            _check_media_type(request.content_type)
         target = route_target(request.target_type, request.target_id)
         if target is None:
             self._deny(None)
-        token = check_entry(self.signer, target, request.entry_token, request.user_id, now)
+        token = check_entry(self.signer, target, request.entry_token, user_id, now)
         if token is None:
             if not self.switch.queue_enabled(target, user_id):
                 return self._forward(target, request, user_id, None)
@@ -142,9 +154,9 @@ class PurchaseGate:
         return origin
 
     def _forward(
-        self, target: Target, request: PurchaseRequest, user_id: int, token: EntryToken | None
+        self, target: Target, request: PurchaseRequest, user_id: str, token: EntryToken | None
     ) -> OriginAnswer:
-        headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex, "X-User-Id": str(user_id)}
+        headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex, "X-User-Id": user_id}
         if token is not None:
             headers["Idempotency-Key"] = token.token_id
         if request.content_type:
@@ -234,3 +246,16 @@ class PurchaseGate:
             count("TokensRestored", use.token.target)
         elif settled:
             count("PurchaseOutcomeUnknown", use.token.target)
+
+
+def _check_media_type(content_type: str) -> None:
+    """InvalidArgument unless `content_type` is one well-formed media type of at most MAX_CONTENT_TYPE visible
+    ASCII characters; UnsupportedMediaType unless it is application/json. Parsed whole: a list such as
+    `text/plain;application/json` (which Chalice's own check lets through) is not JSON."""
+    match = _MEDIA_TYPE.fullmatch(content_type) if len(content_type) <= MAX_CONTENT_TYPE else None
+    if match is None:
+        raise InvalidArgument(
+            f"Content-Type must be one media type of at most {MAX_CONTENT_TYPE} visible ASCII characters"
+        )
+    if (match["type"].lower(), match["subtype"].lower()) != ("application", "json"):
+        raise UnsupportedMediaType("a purchase body must be application/json")

@@ -16,6 +16,7 @@ from chalicelib.answers import (
     Closed,
     FlagChanged,
     Full,
+    NotInvited,
     OtherEntry,
     Place,
     PreQueued,
@@ -30,6 +31,7 @@ from chalicelib.errors import (
     NotInQueue,
     QueueClosed,
     QueueFull,
+    QueueInviteOnly,
     QueueSoldOut,
     QueueUnavailable,
     UnknownTarget,
@@ -106,6 +108,9 @@ class WaitingRoom:
         self.settings = settings
         self.switch = switch
         self.clock = clock
+        # A verified caller who enters again gets their ticket back (another device, lost storage); a caller the
+        # queue takes at their word (X-User-Id) does not: knowing someone's id must not hand over their place.
+        self.recovers_tickets = settings.jwt is not None
         self.defaults = Defaults(
             max_waiting=settings.max_waiting,
             batch=settings.batch_size,
@@ -114,8 +119,10 @@ class WaitingRoom:
             open_on_first_use=settings.targets_open_on_first_use,
         )
 
-    def enter(self, target: Target, user_id: int) -> QueueEntry:
-        """Join the line (idempotent); the first entry also answers the queue ticket."""
+    def enter(self, target: Target, user_id: str, invited: bool = False) -> QueueEntry:
+        """Join the line (idempotent); the first entry also answers the queue ticket, and so does every entry of a
+        verified caller (VQ_IDENTITY=jwt: the owner gets their ticket back). An invite-only target takes only
+        callers `invited` to it."""
         self.signer.ready()  # a place given without its ticket could never be polled
         now = self.clock()
         grant = self._grant(now)
@@ -130,6 +137,7 @@ class WaitingRoom:
                     grant,
                     self.defaults,
                     decision,
+                    invited,
                 ),
             )
         except StoreFull as err:
@@ -143,16 +151,20 @@ class WaitingRoom:
             raise QueueFull(retry_after_s=self.settings.retry_after_s)
         if isinstance(place, Closed):
             raise QueueClosed("this queue is closed to newcomers")
+        if isinstance(place, NotInvited):
+            count("EnterRejectedNotInvited", target)
+            raise QueueInviteOnly("this sale is by invitation, and your invitations do not name it")
         if isinstance(place, SoldOut):
             raise QueueSoldOut("sold out: this queue admits nobody any more")
         entry = self._answer(target, user_id, place, now)
-        if isinstance(place, (Waiting, PreQueued)) and place.created:
-            number = place.seq if isinstance(place, Waiting) else place.arrival
+        number = _entry_number(place) if self.recovers_tickets or getattr(place, "created", False) else None
+        if number:
+            # A recovered ticket times the wait from now: the entry's first moment is not kept.
             ticket = self.signer.issue_ticket(target, user_id, number, int(now * 1000))
             return replace(entry, queue_ticket=ticket.text)
         return entry
 
-    def status(self, target: Target, user_id: int, ticket_text: str | None) -> QueueEntry:
+    def status(self, target: Target, user_id: str, ticket_text: str | None) -> QueueEntry:
         """Where the ticket holder stands; this poll is also their heartbeat."""
         ticket = self._check_ticket(target, user_id, ticket_text)
         now = self.clock()
@@ -186,7 +198,7 @@ class WaitingRoom:
             count("WaitSeconds", target, max(0.0, now - ticket.entered_at_ms / 1000), MetricUnit.Seconds)
         return self._answer(target, user_id, place, now)
 
-    def leave(self, target: Target, user_id: int, ticket_text: str | None) -> None:
+    def leave(self, target: Target, user_id: str, ticket_text: str | None) -> None:
         """Give up one's place, and revoke an entry token held unused. Leaving twice is fine."""
         ticket = self._check_ticket(target, user_id, ticket_text)
         try:
@@ -219,6 +231,7 @@ class WaitingRoom:
             "evictedCount": figures.evicted,
             "soldOutReleasedCount": figures.sold_out_released,
             "ordersCount": figures.orders,
+            "notInvitedCount": figures.not_invited,
             "configuredRatePerSec": _rounded(self._batch(figures.config) * 1000 / self._tick_ms(figures.config)),
             "effectiveRatePerSec": _rounded(self._effective_rate(figures)),
             "shop": shop_health.health(figures.purchases, now_ms),
@@ -295,13 +308,13 @@ class WaitingRoom:
             batch = min(batch, figures.allowed_batch)
         return batch * 1000 / self._tick_ms(own)
 
-    def _check_ticket(self, target: Target, user_id: int, text: str | None) -> QueueTicket:
+    def _check_ticket(self, target: Target, user_id: str, text: str | None) -> QueueTicket:
         ticket = self.signer.read_ticket(text)
         if ticket is None or ticket.target != target or ticket.user_id != user_id:
             raise InvalidQueueTicket("X-Queue-Ticket is missing or was not issued to this user for this queue")
         return ticket
 
-    def _switched(self, target: Target, user_id: int, call: Callable[[Decision], Place]) -> Place:
+    def _switched(self, target: Target, user_id: str, call: Callable[[Decision], Place]) -> Place:
         """`call` (the one script call of enter or status) under the switch's decision for the user.
 
         A target marked with another flag version (flag_sync) answers FlagChanged before changing anything:
@@ -329,13 +342,13 @@ class WaitingRoom:
         # grant, not a signed token: most polls do not admit, and signing is most of a token's cost.
         return self.signer.grant(now, self.settings.token_ttl_s)
 
-    def _direct(self, target: Target, user_id: int, now: float) -> QueueEntry:
+    def _direct(self, target: Target, user_id: str, now: float) -> QueueEntry:
         token = self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)
         # For the whole service: with Redis down (or skipped) nobody can say whether the target is known.
         count("DirectAdmitted")
         return QueueEntry("DIRECT_ADMITTED", entry_token=token)
 
-    def _degraded(self, target: Target, user_id: int, now: float, err: StoreUnavailable) -> QueueEntry:
+    def _degraded(self, target: Target, user_id: str, now: float, err: StoreUnavailable) -> QueueEntry:
         if not self.settings.fail_open:
             raise self._unavailable(target, err)
         self._record_degraded(target, err)
@@ -358,7 +371,7 @@ class WaitingRoom:
         self._record_degraded(target, err)
         return QueueUnavailable(self.settings.retry_after_s)
 
-    def _answer(self, target: Target, user_id: int, place: Place, now: float) -> QueueEntry:
+    def _answer(self, target: Target, user_id: str, place: Place, now: float) -> QueueEntry:
         if isinstance(place, Admitted):
             grant = EntryGrant.parse(place.grant)
             if grant is not None and grant.expires_at > now:
@@ -389,6 +402,17 @@ class WaitingRoom:
         if isinstance(place, Unknown):
             raise _unknown()
         raise NotInQueue("not in this queue; enter again")
+
+
+def _entry_number(place: Place) -> int | None:
+    """The number a ticket of this place carries: its seq, pre-queue arrival, or admitted entry's number."""
+    if isinstance(place, Waiting):
+        return place.seq
+    if isinstance(place, PreQueued):
+        return place.arrival
+    if isinstance(place, Admitted):
+        return place.entry or None
+    return None
 
 
 def _other_entry() -> InvalidQueueTicket:

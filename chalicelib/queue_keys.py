@@ -29,7 +29,8 @@ class QueueKeys:
         self.purchases = f"{self.base}:purchases"
         self.events = f"{self.base}:events"
 
-    def token(self, user_id: int) -> str:
+    def token(self, user_id: str) -> str:
+        # After the target's hash tag: a brace in a user id cannot move the key to another slot.
         return f"{self.base}:token:{user_id}"
 
     def consumed(self, token_id: str) -> str:

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.feature_flags.base import StoreProvider
 from chalicelib import aws
 from chalicelib.config import ConfigError, Settings, load_keyring, load_settings
 from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
+from chalicelib.identity import HeaderIdentity, Identity, JwtIdentity
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
 from chalicelib.redis_connection import Breaker, connect
@@ -40,6 +41,13 @@ def signer() -> TokenSigner:
         max_age_s=s.keys_max_age_s,
         retry_after_s=s.retry_after_s,
     )
+
+
+@functools.cache
+def identity() -> Identity:
+    """How callers are identified (VQ_IDENTITY): their X-User-Id, or a verified bearer JWT."""
+    s = settings()
+    return HeaderIdentity() if s.jwt is None else JwtIdentity(s.jwt, s.retry_after_s)
 
 
 @functools.cache
@@ -121,6 +129,6 @@ def purchase_gate() -> PurchaseGate:
 
 def reset() -> None:
     """Forget everything built, so the next use reads the environment again (tests, key rotation)."""
-    for built in (settings, signer, switch, store, publisher, waiting_room, purchase_gate):
+    for built in (settings, signer, identity, switch, store, publisher, waiting_room, purchase_gate):
         built.cache_clear()
     aws.reset()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, cast
@@ -117,14 +118,16 @@ class QueueStore:
     def enter(
         self,
         target: Target,
-        user_id: int,
+        user_id: str,
         now_ms: int,
         grant: EntryGrant,
         defaults: Defaults,
         decision: Decision = QUEUED,
+        invited: bool = False,
     ) -> Place:
         """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
-        `grant` becomes their entry token's only if this call admits them."""
+        `grant` becomes their entry token's only if this call admits them. An invite-only target takes only
+        users `invited` to it."""
         k = self.keys(target)
         keys, args = self._enter.order(
             waiting=k.waiting,
@@ -149,6 +152,7 @@ class QueueStore:
             default_batch=defaults.batch,
             default_tick_ms=defaults.tick_ms,
             open_on_first_use=int(defaults.open_on_first_use),
+            invited=int(invited),
             flag_version=decision.flag_version,
             queued=int(decision.queued),
         )
@@ -161,7 +165,7 @@ class QueueStore:
     def status(
         self,
         target: Target,
-        user_id: int,
+        user_id: str,
         now_ms: int,
         grant: EntryGrant,
         ticket: QueueTicket,
@@ -202,7 +206,7 @@ class QueueStore:
         )
         return place_of(self._status.read(self._guarded(self._status.run, keys, args)))
 
-    def leave(self, target: Target, user_id: int, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
+    def leave(self, target: Target, user_id: str, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
         """Take `user_id`'s entry numbered `entry` (its ticket's seq) out of line (or the pre-queue), revoking an
         entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
         their current entry."""
@@ -319,6 +323,7 @@ class QueueStore:
             known=KNOWN_SINCE in config,
             sold_out_released=counters.get("sold_out_released", 0),
             orders=counters.get("orders", 0),
+            not_invited=counters.get("not_invited", 0),
             allowed_batch=float(health["batch"]) if "batch" in health else None,
             purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
         )
@@ -396,7 +401,10 @@ class QueueStore:
         answers how many targets were marked. The enter and status scripts compare the mark with the
         version their caller decided by: no request pays a round trip for it."""
         self.client.set(self.flag_key, json.dumps({"version": version, "configuration": configuration}))
-        known = set(self.client.scan_iter(match=f"{self.prefix}:{{*}}:config", count=1000))
+        # The glob also matches a user's key whose id ends in ":config" (queue_keys.py): only a target's config counts.
+        config_key = re.compile(re.escape(self.prefix) + r":\{[a-z-]+:[0-9]+\}:config")
+        scanned = self.client.scan_iter(match=f"{self.prefix}:{{*}}:config", count=1000)
+        known = {key for key in scanned if config_key.fullmatch(key)}
         known |= {self.keys(target).config for target in self.registered_targets()}
         for config_key in known:
             self.client.hset(config_key, "flag_version", version)

@@ -6,8 +6,9 @@ API spells fields in camelCase and times as ISO-8601 with a zone; Redis keeps th
 `imageUrl`) are text for the waiting-room page only; the scripts never read them.
 
 Besides the pace and the schedule, an operator steers a sale with `paused` (no admissions, everyone keeps
-their place), `soldOut` (nobody is admitted and everyone still waiting is told so; the shop can set it too)
-and `originSlo` (the pump lowers the rate while the shop misses the objective: see shop_health.py).
+their place), `soldOut` (nobody is admitted and everyone still waiting is told so; the shop can set it too),
+`inviteOnly` (only callers whose verified JWT invites them to the target may enter: identity.py) and
+`originSlo` (the pump lowers the rate while the shop misses the objective: see shop_health.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _LIMITS = {
 _TIMES = {"opensAt": "opens_at_ms", "closesAt": "closes_at_ms"}
 # API name -> (Redis field, longest) for the display texts the page shows.
 _TEXTS = {"displayName": ("display_name", 80), "imageUrl": ("image_url", 500)}
-_FLAGS = {"paused": "paused", "soldOut": "sold_out"}
+_FLAGS = {"paused": "paused", "soldOut": "sold_out", "inviteOnly": "invite_only"}
 # originSlo's fields: API name -> (Redis field, type, lowest, highest).
 _SLO = {"p95Ms": ("slo_p95_ms", int, 1, 60_000), "errorRate": ("slo_error_rate", float, 0.0, 1.0)}
 _ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})")
@@ -54,6 +55,7 @@ class TargetConfig:
     image_url: str | None = None
     paused: bool = False
     sold_out: bool = False
+    invite_only: bool = False  # enter needs a verified invite naming the target (docs/identity.md)
     slo_p95_ms: int | None = None  # originSlo
     slo_error_rate: float | None = None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from chalicelib.errors import InvalidArgument, UnknownTargetType
 
@@ -83,6 +84,18 @@ def parse_target(type_: str, target_id: str) -> Target:
     return Target(type_, parse_positive_id(target_id, "targetId"))
 
 
-def parse_user_id(header: str | None) -> int:
-    """The caller's user id from the `X-User-Id` header."""
-    return parse_positive_id(header, "X-User-Id")
+# User ids are opaque: 1 to 128 visible ASCII characters (printable, no space), so an OIDC subject such as
+# `auth0|abc123` or a UUID works as it is. No space: HTTP trims a header's ends, and an id must survive the trip.
+_USER_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def valid_user_id(text: object) -> TypeGuard[str]:
+    """Whether `text` is a user id (docs/identity.md: user ids)."""
+    return isinstance(text, str) and _USER_ID.fullmatch(text) is not None
+
+
+def parse_user_id(text: str | None, what: str = "X-User-Id") -> str:
+    """The user id `text` spells, or InvalidArgument naming `what` (the header it came from)."""
+    if not valid_user_id(text):
+        raise InvalidArgument(f"{what} must be 1 to 128 printable ASCII characters without spaces")
+    return text

@@ -1,9 +1,14 @@
 """The only code that knows the format of entry tokens and queue tickets.
 
 Both are `base64url(payload) "." base64url(HMAC-SHA256(secret[kid], payload))`, unpadded, where the
-payload is ASCII fields joined by `|`, led by a kind tag (`et1` entry token, `qt1` queue ticket) so
-one can never pass for the other. Exactly one spelling verifies: anything that does not re-encode
-to the same text is refused. Reading never raises; it answers None for anything not genuine.
+payload is ASCII fields joined by `|`, led by a kind tag (`et2` entry token, `qt2` queue ticket) so
+one can never pass for the other. The user id, which may hold any printable character (`|` too), is
+itself base64url-encoded, so the fields stay unambiguous for every id. Exactly one spelling verifies:
+anything that does not re-encode to the same text is refused. Reading never raises; it answers None for
+anything not genuine.
+
+The first release's `et1`/`qt1`, whose user was a decimal id written as it is, are still read, so tickets
+and tokens handed out before an upgrade keep working; nothing mints them any more.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from re import Match, Pattern
 
@@ -23,16 +28,29 @@ from chalicelib.config import ConfigError, Keyring
 from chalicelib.errors import SigningKeysUnavailable
 from chalicelib.observability import count, logger
 from chalicelib.refresh import BackgroundRefresh
-from chalicelib.targets import TARGET_TYPES, Target
+from chalicelib.targets import TARGET_TYPES, Target, valid_user_id
 
-# A token is ~150 characters; refuse anything much longer before doing any work on it.
+# A token is at most about 420 characters (a 128-character user id); refuse anything longer before any work on it.
 MAX_TOKEN_CHARS = 512
 _ID = r"[1-9][0-9]{0,17}"
 _TYPES = "|".join(map(re.escape, TARGET_TYPES))
-_HEAD = r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>" + _TYPES + r")\|(?P<target>" + _ID + r")\|(?P<user>" + _ID + r")"
-_ENTRY_PAYLOAD = re.compile(r"et1\|" + _HEAD + r"\|(?P<exp>[1-9][0-9]{0,11})\|(?P<tid>[A-Za-z0-9_-]{22})")
+_TARGET = r"(?P<kid>[A-Za-z0-9_-]{1,32})\|(?P<type>" + _TYPES + r")\|(?P<target>" + _ID + r")"
+# The user field: base64url of the user id (1 to 128 characters: 2 to 171 encoded); the first release's, the id.
+_USER = r"\|(?P<user>[A-Za-z0-9_-]{2,171})"
+_USER_V1 = r"\|(?P<user>" + _ID + r")"
+_ENTRY_TAIL = r"\|(?P<exp>[1-9][0-9]{0,11})\|(?P<tid>[A-Za-z0-9_-]{22})"
+_TICKET_TAIL = r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})"
+# Payload formats by kind tag; the tag is the payload's first field.
+_ENTRY_PAYLOADS = {
+    b"et2": re.compile(r"et2\|" + _TARGET + _USER + _ENTRY_TAIL),
+    b"et1": re.compile(r"et1\|" + _TARGET + _USER_V1 + _ENTRY_TAIL),
+}
+_TICKET_PAYLOADS = {
+    b"qt2": re.compile(r"qt2\|" + _TARGET + _USER + _TICKET_TAIL),
+    b"qt1": re.compile(r"qt1\|" + _TARGET + _USER_V1 + _TICKET_TAIL),
+}
+_FIRST_RELEASE = frozenset({b"et1", b"qt1"})
 _GRANT = re.compile(r"(?P<exp>[1-9][0-9]{0,11})\.(?P<tid>[A-Za-z0-9_-]{22})")
-_TICKET_PAYLOAD = re.compile(r"qt1\|" + _HEAD + r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})")
 
 
 @dataclass(frozen=True)
@@ -41,11 +59,11 @@ class EntryToken:
 
     text: str
     target: Target
-    user_id: int
+    user_id: str
     expires_at: int
     token_id: str
 
-    def grants(self, target: Target, user_id: int) -> bool:
+    def grants(self, target: Target, user_id: str) -> bool:
         return self.target == target and self.user_id == user_id
 
 
@@ -74,7 +92,7 @@ class QueueTicket:
 
     text: str
     target: Target
-    user_id: int
+    user_id: str
     seq: int
     entered_at_ms: int
 
@@ -96,6 +114,18 @@ def _decode(text: str) -> bytes | None:
         return None
     # The decoder skips stray characters and ignores trailing bits: re-encoding to `text` rules out both.
     return raw if raw and _encode(raw) == text else None
+
+
+def _user_field(user_id: str) -> str:
+    """The payload's spelling of a user id: its base64url, free of the `|` that separates fields."""
+    return _encode(user_id.encode("ascii"))
+
+
+def _user_of(field: str) -> str | None:
+    """The user id a payload's user field spells canonically, else None."""
+    raw = _decode(field)
+    user_id = raw.decode("ascii", "replace") if raw is not None else None
+    return user_id if valid_user_id(user_id) else None
 
 
 class TokenSigner:
@@ -167,7 +197,7 @@ class TokenSigner:
         except ConfigError as err:
             logger.error("signing keys not refreshed; keeping the current ones", extra={"reason": str(err)})
 
-    def mint_entry_token(self, target: Target, user_id: int, now: float, ttl_s: int) -> EntryToken:
+    def mint_entry_token(self, target: Target, user_id: str, now: float, ttl_s: int) -> EntryToken:
         return self.seal_entry_token(target, user_id, self.grant(now, ttl_s))
 
     @staticmethod
@@ -175,37 +205,39 @@ class TokenSigner:
         """A fresh token id with its expiry: the entry token to seal if and when it is handed out."""
         return EntryGrant(int(now) + ttl_s, _encode(secrets.token_bytes(16)))
 
-    def seal_entry_token(self, target: Target, user_id: int, grant: EntryGrant) -> EntryToken:
+    def seal_entry_token(self, target: Target, user_id: str, grant: EntryGrant) -> EntryToken:
         """The entry token of `grant` for `user_id` of `target`, signed with the active key."""
-        text = self._seal("et1", target.type, target.id, user_id, grant.expires_at, grant.token_id)
+        text = self._seal("et2", target.type, target.id, _user_field(user_id), grant.expires_at, grant.token_id)
         return EntryToken(text, target, user_id, grant.expires_at, grant.token_id)
 
     def read_entry_token(self, text: object, now: float) -> EntryToken | None:
         """The genuine, unexpired entry token `text` spells, else None."""
-        fields = self._open(text, _ENTRY_PAYLOAD)
-        if fields is None or int(fields["exp"]) <= now:
+        opened = self._open(text, _ENTRY_PAYLOADS)
+        if opened is None or int(opened[0]["exp"]) <= now:
             return None
+        fields, user_id = opened
         return EntryToken(
             str(text),
             Target(fields["type"], int(fields["target"])),
-            int(fields["user"]),
+            user_id,
             int(fields["exp"]),
             fields["tid"],
         )
 
-    def issue_ticket(self, target: Target, user_id: int, seq: int, entered_at_ms: int) -> QueueTicket:
-        text = self._seal("qt1", target.type, target.id, user_id, seq, entered_at_ms)
+    def issue_ticket(self, target: Target, user_id: str, seq: int, entered_at_ms: int) -> QueueTicket:
+        text = self._seal("qt2", target.type, target.id, _user_field(user_id), seq, entered_at_ms)
         return QueueTicket(text, target, user_id, seq, entered_at_ms)
 
     def read_ticket(self, text: object) -> QueueTicket | None:
         """The genuine queue ticket `text` spells, else None."""
-        fields = self._open(text, _TICKET_PAYLOAD)
-        if fields is None:
+        opened = self._open(text, _TICKET_PAYLOADS)
+        if opened is None:
             return None
+        fields, user_id = opened
         return QueueTicket(
             str(text),
             Target(fields["type"], int(fields["target"])),
-            int(fields["user"]),
+            user_id,
             int(fields["seq"]),
             int(fields["at"]),
         )
@@ -217,15 +249,20 @@ class TokenSigner:
         mac.update(raw)
         return _encode(raw) + "." + _encode(mac.digest())
 
-    def _open(self, text: object, payload_format: Pattern[str]) -> Match[str] | None:
+    def _open(self, text: object, formats: Mapping[bytes, Pattern[str]]) -> tuple[Match[str], str] | None:
+        """The payload's fields and its user id, if `text` is genuine and of one of `formats`."""
         if not isinstance(text, str) or len(text) > MAX_TOKEN_CHARS or not text.isascii():
             return None
         payload_text, _, signature_text = text.partition(".")
         payload = _decode(payload_text)
         if payload is None:
             return None
-        match = payload_format.fullmatch(payload.decode("ascii", "replace"))
+        payload_format = formats.get(payload[:3])
+        match = payload_format.fullmatch(payload.decode("ascii", "replace")) if payload_format else None
         if match is None:
+            return None
+        user_id = match["user"] if payload[:3] in _FIRST_RELEASE else _user_of(match["user"])
+        if user_id is None:
             return None
         keyring = self.keyring
         if match["kid"] not in keyring.secrets:
@@ -234,7 +271,7 @@ class TokenSigner:
         mac.update(payload)
         # Only the canonical spelling of the right signature equals it (a second "." included), so one
         # constant-time comparison of the texts checks the encoding and the signature together.
-        return match if hmac.compare_digest(_encode(mac.digest()), signature_text) else None
+        return (match, user_id) if hmac.compare_digest(_encode(mac.digest()), signature_text) else None
 
     def _mac(self, keyring: Keyring, kid: str) -> hmac.HMAC:
         """A fresh HMAC-SHA256 under key `kid` of `keyring`."""

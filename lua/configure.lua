@@ -3,7 +3,8 @@
 -- The configuration carries no TTL: it is the operator's, kept until replaced. Its flag_version (the switch's
 -- mark, written by flag_sync) is not the operator's and stays.
 -- KEYS[1] config      hash: batch, tick_ms, max_waiting, max_active, opens_at_ms, closes_at_ms, paused, sold_out,
---                     slo_p95_ms, slo_error_rate (all optional), known_since_ms (kept from the first opening)
+--                     invite_only, slo_p95_ms, slo_error_rate (all optional), known_since_ms (kept from the first
+--                     opening)
 -- KEYS[2] events      the target's outbox stream (outbox.lua): TargetConfigChanged (with the new configuration),
 --                     and TargetPaused, TargetResumed, TargetSoldOut when those fields change
 -- KEYS[3] stats       the target's counters (the outbox's dropped count)

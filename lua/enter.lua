@@ -7,9 +7,10 @@
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
--- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet)
+-- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet);
+--                     `not_invited` counts enters an invite-only target refused
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
---                     sold_out, paused, flag_version (the switch's mark, flags.py)
+--                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only
 -- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
@@ -27,8 +28,9 @@
 -- ARGV[10] default_tick_ms         default tick length (ms)
 -- ARGV[11] open_on_first_use       '1': a first enter opens a target no operator configured
 --                                  (VQ_TARGETS_OPEN_ON_FIRST_USE), else '0'
--- ARGV[12] flag_version            the flag version the caller decided by ('*': whatever the target carries)
--- ARGV[13] queued                  its decision (1 queue, 0 not)
+-- ARGV[12] invited                 '1': the caller's verified invites name this target, else '0'
+-- ARGV[13] flag_version            the flag version the caller decided by ('*': whatever the target carries)
+-- ARGV[14] queued                  its decision (1 queue, 0 not)
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
 --   {'WAITING', seq, ahead, rate, paused, created, register}  seq, users ahead, admissions per second, paused (0|1),
@@ -37,16 +39,18 @@
 --     registering (0|1)
 --   {'FULL'}
 --   {'CLOSED'}
+--   {'NOT_INVITED'} (the target is invite-only and the caller is not invited: only the count is written)
 --   {'SOLD_OUT'} (the user's place, if any, is released)
 --   {'UNKNOWN_TARGET'} (nothing was written)
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version (nothing was written)
 local waiting, heartbeat, seq, mark, token, registered, stats, config, prequeue, draw, active = unpack(KEYS)
 local user_id, now_ms, default_max_waiting, idle_ttl_ms, grant, grant_ttl_ms, grant_expires_ms,
-  registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, flag_version, queued = unpack(ARGV)
+  registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, invited, flag_version,
+  queued = unpack(ARGV)
 local now = tonumber(now_ms)
 local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
-  'known_since_ms', 'sold_out', 'paused', 'flag_version')
+  'known_since_ms', 'sold_out', 'paused', 'flag_version', 'invite_only')
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
 if config_values[9] and flag_version ~= '*' and config_values[9] ~= flag_version then
@@ -55,6 +59,12 @@ end
 -- An unknown target is refused even with the queue off: a direct entry token for it would buy nothing.
 if not config_values[6] and open_on_first_use ~= '1' then
   return {'UNKNOWN_TARGET'}
+end
+-- Invite-only holds even with the queue off for the caller: a direct entry token would let them in.
+if config_values[10] == '1' and invited ~= '1' then
+  redis.call('HINCRBY', stats, 'not_invited', 1)
+  redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
+  return {'NOT_INVITED'}
 end
 if queued == '0' then
   return {'OFF'}

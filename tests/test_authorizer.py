@@ -26,7 +26,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publis
 
 def mint(target=DROP, user=USER, now=None, ttl_s=300, signer=None):
     signer = signer or runtime.signer()
-    return signer.mint_entry_token(target, user, time.time() if now is None else now, ttl_s).text
+    return signer.mint_entry_token(target, str(user), time.time() if now is None else now, ttl_s).text
 
 
 def event(method_arn=DROP_ARN, headers=None):
@@ -129,7 +129,7 @@ DENIED_HEADERS = {
     "token not a string": lambda: {"X-Entry-Token": None, "X-User-Id": "7"},
     "two spellings of the user header disagree": lambda: {"X-Entry-Token": mint(), "X-User-Id": "7", "x-user-id": "8"},
     "queue ticket instead of a token": lambda: {
-        "X-Entry-Token": runtime.signer().issue_ticket(DROP, USER, 1, 1).text,
+        "X-Entry-Token": runtime.signer().issue_ticket(DROP, str(USER), 1, 1).text,
         "X-User-Id": "7",
     },
 }

@@ -96,7 +96,7 @@ def test_enter_status_and_the_authorizer_answer_at_once_with_aws_hung(api, env, 
         lambda n: api.http.get(ENTRIES + "/me", headers={"X-User-Id": "1", "X-Queue-Ticket": ticket}), rounds
     )
     assert tickets[-1].json_body["status"] == "WAITING"  # the default (on): AppConfig never answered
-    token = signer.mint_entry_token(Target("limited-drop", 42), 7, time.time(), 300).text
+    token = signer.mint_entry_token(Target("limited-drop", 42), "7", time.time(), 300).text
     allow = measure(
         lambda n: api.lambda_.invoke(
             "purchase_authorizer", authorizer_event({"X-Entry-Token": token, "X-User-Id": "7"})

@@ -93,11 +93,11 @@ def test_every_operation_on_many_targets_stays_in_one_slot(on_cluster, origin, c
     tickets = {}
     for target in TARGETS:
         for user in USERS:
-            entry = room.enter(target, user)
+            entry = room.enter(target, str(user))
             assert entry.status == "WAITING", (target, entry)  # a CROSSSLOT would fail open: DIRECT_ADMITTED
             tickets[target, user] = entry.queue_ticket
-        assert room.status(target, 3, tickets[target, 3]).position == 3
-        room.leave(target, 2, tickets[target, 2])
+        assert room.status(target, "3", tickets[target, 3]).position == 3
+        room.leave(target, "2", tickets[target, 2])
         assert room.stats(target)["waitingCount"] == 2
     assert set(store.registered_targets()) == set(TARGETS)
 
@@ -107,9 +107,9 @@ def test_every_operation_on_many_targets_stays_in_one_slot(on_cluster, origin, c
     assert all(isinstance(result, TargetTick) and result.admitted == 2 for result in report.targets.values())
 
     for target in TARGETS:
-        admitted = room.status(target, 1, tickets[target, 1])
+        admitted = room.status(target, "1", tickets[target, 1])
         assert admitted.status == "ADMITTED"
-        assert room.status(target, 3, tickets[target, 3]).status == "ADMITTED"  # user 2 left: no slot wasted
+        assert room.status(target, "3", tickets[target, 3]).status == "ADMITTED"  # user 2 left: no slot wasted
         token = admitted.entry_token
         origin.answers = [(503, {"error": "try again"})]
         assert purchase(gate, token, target).status == 503  # consumed, then restored
@@ -126,7 +126,7 @@ def test_every_operation_on_many_targets_stays_in_one_slot(on_cluster, origin, c
 def test_idle_targets_are_forgotten_through_the_cluster_pipeline(on_cluster):
     room, store = on_cluster.room, on_cluster.store
     for target in TARGETS[:10]:
-        room.leave(target, 1, room.enter(target, 1).queue_ticket)
+        room.leave(target, "1", room.enter(target, "1").queue_ticket)
     report = on_cluster.pump.tick()
     assert report.errors == 0 and all(report.targets[t].idle for t in TARGETS[:10])
     assert store.registered_targets() == {}
@@ -135,11 +135,11 @@ def test_idle_targets_are_forgotten_through_the_cluster_pipeline(on_cluster):
 def test_the_pump_reloads_scripts_every_node_lost(on_cluster):
     room = on_cluster.room
     for target in TARGETS:
-        room.enter(target, 1)
+        room.enter(target, "1")
     on_cluster.client.script_flush()  # on every primary, as after a restart or failover
     report = on_cluster.pump.tick()
     assert report.errors == 0 and sum(result.admitted for result in report.targets.values()) == len(TARGETS)
-    assert room.enter(TARGETS[0], 2).status == "WAITING"  # the client-facing scripts reload too
+    assert room.enter(TARGETS[0], "2").status == "WAITING"  # the client-facing scripts reload too
 
 
 def test_a_script_given_keys_of_two_targets_is_refused(on_cluster):
@@ -167,7 +167,7 @@ def test_an_unreachable_cluster_at_cold_start_fails_open(env):
     # A Lambda container starting while the cluster is down: building the client must not need the cluster.
     parts = Parts(f"redis://127.0.0.1:{free_port()}", "cold", settings, breaker)
     started = time.monotonic()
-    entry = parts.room.enter(TARGETS[0], 1)
+    entry = parts.room.enter(TARGETS[0], "1")
     assert entry.status == "DIRECT_ADMITTED" and time.monotonic() - started < 2.0
     assert parts.pump.tick().errors == 1  # the pump counts the failure and goes on
 
@@ -178,14 +178,14 @@ def test_a_cluster_that_hangs_at_cold_start_fails_open_and_queueing_starts_once_
     try:
         parts = Parts(own_cluster.url, "hung", load_settings(), Breaker(fail_max=3, reset_timeout=0.3))
         started = time.monotonic()
-        assert parts.room.enter(TARGETS[0], 1).status == "DIRECT_ADMITTED"
+        assert parts.room.enter(TARGETS[0], "1").status == "DIRECT_ADMITTED"
         assert time.monotonic() - started < 2.0
         assert parts.pump.tick().errors == 1
     finally:
         for server in own_cluster.servers:
             os.kill(server._process.pid, signal.SIGCONT)
     time.sleep(0.4)  # the breaker's cool-down
-    assert parts.room.enter(TARGETS[0], 2).status == "WAITING"
+    assert parts.room.enter(TARGETS[0], "2").status == "WAITING"
     assert parts.pump.tick().errors == 0
 
 
@@ -193,7 +193,7 @@ def test_a_paused_node_fails_open_for_its_targets_and_the_cluster_resumes(own_cl
     settings = load_settings()
     parts = Parts(own_cluster.url, "paused", settings, Breaker(fail_max=3, reset_timeout=0.3))
     room = parts.room
-    tickets = {target: room.enter(target, 1).queue_ticket for target in TARGETS}
+    tickets = {target: room.enter(target, "1").queue_ticket for target in TARGETS}
     victim = own_cluster.servers[1]
     on_victim = [t for t in TARGETS if nodes_of(parts.client, [parts.store.keys(t).waiting]) == {victim.port}]
     assert on_victim
@@ -202,13 +202,13 @@ def test_a_paused_node_fails_open_for_its_targets_and_the_cluster_resumes(own_cl
     try:
         for target in on_victim[:5]:
             started = time.monotonic()
-            assert room.status(target, 1, tickets[target]).status == "DIRECT_ADMITTED"
+            assert room.status(target, "1", tickets[target]).status == "DIRECT_ADMITTED"
             assert time.monotonic() - started < 2.0
     finally:
         os.kill(victim._process.pid, signal.SIGCONT)
 
     deadline = time.monotonic() + 10
-    while room.status(on_victim[0], 1, tickets[on_victim[0]]).status != "WAITING":
+    while room.status(on_victim[0], "1", tickets[on_victim[0]]).status != "WAITING":
         assert time.monotonic() < deadline, "the cluster client did not resume"
         time.sleep(0.1)
-    assert all(room.status(t, 1, tickets[t]).position == 1 for t in TARGETS)
+    assert all(room.status(t, "1", tickets[t]).position == 1 for t in TARGETS)

@@ -681,9 +681,9 @@ def test_waiting_polls_are_added_up_and_filed_at_most_every_interval_the_first_a
 
 def test_a_poll_that_finds_its_user_waiting_feeds_the_pump_stall_signal(room, monkeypatch, capsys):
     monkeypatch.setattr(queue, "WAITING_POLLS", Tally("WaitingPolls"))
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     capsys.readouterr()
-    assert room.status(DROP, 1, ticket).status == "WAITING"
+    assert room.status(DROP, "1", ticket).status == "WAITING"
     assert '"WaitingPolls":1' in capsys.readouterr().out
 
 
@@ -710,7 +710,7 @@ def test_pump_files_gauges_for_the_service_and_reports_the_rate_it_owes(env, sto
     room.configure(capped, parse_config(b'{"maxActive": 1}'))
     for target, users in ((DROP, 10), (fast, 10), (drained, 2), (capped, 10)):
         for user in range(1, users + 1):
-            room.enter(target, user)
+            room.enter(target, str(user))
     capsys.readouterr()
 
     Pump(store, runtime.settings()).tick()
@@ -754,13 +754,13 @@ def test_redis_auth_token_comes_from_secrets_manager(env, own_redis):
         runtime.waiting_room().store.client.ping()  # without the token the server refuses
 
     env(VQ_REDIS_AUTH_SECRET_ID="vq/redis-auth")
-    assert runtime.waiting_room().enter(DROP, 1).status == "WAITING"
+    assert runtime.waiting_room().enter(DROP, "1").status == "WAITING"
     assert token not in repr(runtime.store().client) and token not in json.dumps(dict(os.environ))
 
     # A secret that cannot be read is a Redis that cannot be reached: the queue fails open, never a 500.
     env(VQ_REDIS_AUTH_SECRET_ID="vq/absent")
     aws.reset()
-    assert runtime.waiting_room().enter(DROP, 2).status == "DIRECT_ADMITTED"
+    assert runtime.waiting_room().enter(DROP, "2").status == "DIRECT_ADMITTED"
     aws.reset()
 
 
@@ -779,16 +779,16 @@ def test_the_auth_token_rotates_without_downtime_as_docs_operations_md_says(env,
     env(REDIS_URL=own_redis.url, VQ_REDIS_CLUSTER="false", VQ_REDIS_AUTH_SECRET_ID="vq/redis-auth", VQ_KEYS_MAX_AGE_S=1)
     room = runtime.waiting_room()
     users = iter(range(1, 100))
-    assert room.enter(DROP, next(users)).status == "WAITING"
+    assert room.enter(DROP, str(next(users))).status == "WAITING"
 
     admin.execute_command("ACL", "SETUSER", "default", f">{new}")  # 1. ROTATE: both tokens pass
     secrets_manager.put_secret_value(SecretId="vq/redis-auth", SecretString=new)  # 2. the secret
-    assert room.enter(DROP, next(users)).status == "WAITING"
+    assert room.enter(DROP, str(next(users))).status == "WAITING"
     time.sleep(1.1)  # 3. longer than VQ_KEYS_MAX_AGE_S: a connection opened now reads the new token
     admin.execute_command("ACL", "SETUSER", "default", "resetpass", f">{new}")  # 4. SET: only the new one
     admin.execute_command("CLIENT", "KILL", "USER", "default")  # connections made with the old token end
     for _ in range(3):
-        assert room.enter(DROP, next(users)).status == "WAITING"
+        assert room.enter(DROP, str(next(users))).status == "WAITING"
     assert room.store.breaker.fail_counter == 0
     aws.reset()
 
@@ -803,7 +803,7 @@ def test_cluster_setting_is_true_or_false():
 def test_cluster_setting_makes_the_runtime_speak_cluster(env, valkey_cluster):
     targets = [Target("limited-drop", n) for n in range(1, 13)]  # spread over the three nodes' slots
     env(REDIS_URL=valkey_cluster.url, VQ_REDIS_CLUSTER="true")
-    assert {runtime.waiting_room().enter(target, 1).status for target in targets} == {"WAITING"}
+    assert {runtime.waiting_room().enter(target, "1").status for target in targets} == {"WAITING"}
     # A plain client reaches one node only: the others' targets fail (open) with a MOVED answer.
     env(VQ_REDIS_CLUSTER="false")
-    assert "DIRECT_ADMITTED" in {runtime.waiting_room().enter(target, 2).status for target in targets}
+    assert "DIRECT_ADMITTED" in {runtime.waiting_room().enter(target, "2").status for target in targets}

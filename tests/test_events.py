@@ -90,22 +90,22 @@ def drain(publisher):
 def test_a_full_journey_reaches_a_rule_s_queue_as_the_schema_says(wired, aws, origin, client, prefix):
     room, gate, publisher = wired
     _, received = aws
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 6)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 6)}
     tick()
-    tokens = {user: room.status(DROP, user, tickets[user]).entry_token for user in (1, 2)}
+    tokens = {user: room.status(DROP, str(user), tickets[user]).entry_token for user in (1, 2)}
     assert buy(gate, tokens[1]).status == 201
     origin.answers = [(503, {}, {"not_taken": True})]
     assert buy(gate, tokens[2]).status == 503  # failed, and the token given back
-    room.leave(DROP, 3, tickets[3])
+    room.leave(DROP, "3", tickets[3])
     client.zadd(runtime.store().keys(DROP).heartbeat, {"4": 0})  # user 4 stopped polling long ago
     tick()
     room.configure(DROP, TargetConfig(paused=True, batch=5))
     room.configure(DROP, TargetConfig(sold_out=True, batch=5))
     room.configure(SHOW, TargetConfig(opens_at_ms=int(time.time() * 1000) + 3_600_000))
-    show_ticket = room.enter(SHOW, 1).queue_ticket
+    show_ticket = room.enter(SHOW, "1").queue_ticket
     room.configure(SHOW, TargetConfig(opens_at_ms=int(time.time() * 1000) - 1))
     tick(times=2)  # the first tick finds the opening due, the draw runs; the second admits
-    assert room.status(SHOW, 1, show_ticket).status == "ADMITTED"
+    assert room.status(SHOW, "1", show_ticket).status == "ADMITTED"
     assert drain(publisher).published > 0
 
     delivered = received()
@@ -152,15 +152,15 @@ def test_a_full_journey_reaches_a_rule_s_queue_as_the_schema_says(wired, aws, or
 
 def test_no_event_without_its_change(wired, client):
     room, _, _ = wired
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     tick()
     tick()  # a tick with nobody left to admit
-    room.leave(DROP, 2, room.enter(DROP, 2).queue_ticket)
-    room.leave(DROP, 2, room.enter(DROP, 2).queue_ticket)  # an entry again, a departure again
+    room.leave(DROP, "2", room.enter(DROP, "2").queue_ticket)
+    room.leave(DROP, "2", room.enter(DROP, "2").queue_ticket)  # an entry again, a departure again
     stream = runtime.store().keys(DROP).events
     kinds = [fields["type"] for _, fields in client.xrange(stream)]
     assert kinds == ["UserAdmitted", "UserLeft", "UserLeft"]
-    assert room.status(DROP, 1, ticket).status == "ADMITTED"
+    assert room.status(DROP, "1", ticket).status == "ADMITTED"
     assert client.pttl(stream) > 0
 
 
@@ -168,7 +168,7 @@ def test_a_crash_between_put_events_and_the_outbox_delete_republishes_the_same_i
     room, _, publisher = wired
     _, received = aws
     for user in (1, 2):
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     tick()
     store = runtime.store()
     deleted = store.events_published
@@ -213,12 +213,12 @@ def test_eventbridge_failing_loses_nothing_until_the_cap(env, aws, client, prefi
     failing = FailingEvents(events)
     publisher = Publisher(store, EventBridgeSink(failing, BUS))
     for user in range(1, 21):
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     tick()  # 20 admitted
     assert drain(publisher).failed == 20
     assert client.xlen(store.keys(DROP).events) == 20  # all waiting
     for user in range(21, 31):
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     time.sleep(0.11)
     tick()  # 10 more: 30 events, 5 past the cap
     capsys.readouterr()
@@ -241,7 +241,7 @@ def test_a_burst_of_5000_admissions_is_published_within_a_few_ticks(env, aws, cl
     env(VQ_TICK_MS=1000, VQ_BATCH_SIZE=5000, VQ_EVENT_BUS="burst")
     room, store = runtime.waiting_room(), runtime.store()
     for user in range(1, 5001):
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     pump = Pump(store, runtime.settings(), publisher=runtime.publisher())
     started = time.monotonic()
     run = pump.run(ticks=4)  # the publisher runs beside these ticks
@@ -253,7 +253,7 @@ def test_the_local_file_gets_every_event_in_eventbridge_s_shape(env, tmp_path, c
     path = tmp_path / "events.jsonl"
     env(VQ_TICK_MS=100, VQ_EVENTS_FILE=path)
     room = runtime.waiting_room()
-    room.leave(DROP, 1, room.enter(DROP, 1).queue_ticket)
+    room.leave(DROP, "1", room.enter(DROP, "1").queue_ticket)
     assert drain(runtime.publisher()).published == 1
     (line,) = path.read_text().splitlines()
     event = json.loads(line)
@@ -267,7 +267,7 @@ def test_the_local_file_gets_every_event_in_eventbridge_s_shape(env, tmp_path, c
 
 def test_without_a_publisher_the_scripts_write_no_events(env, client):
     room = runtime.waiting_room()
-    room.leave(DROP, 1, room.enter(DROP, 1).queue_ticket)
+    room.leave(DROP, "1", room.enter(DROP, "1").queue_ticket)
     tick()
     assert runtime.publisher() is None
     assert not client.exists(runtime.store().keys(DROP).events)

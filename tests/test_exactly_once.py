@@ -86,7 +86,7 @@ def figures(name, origin, tokens, answers):
 
 
 def mint_many(signer):
-    return [signer.mint_entry_token(DROP, user, time.time(), 300) for user in range(1, TOKENS + 1)]
+    return [signer.mint_entry_token(DROP, str(user), time.time(), 300) for user in range(1, TOKENS + 1)]
 
 
 def test_a_shop_slower_than_the_timeout_holds_one_order_per_token(env, origin):
@@ -133,7 +133,7 @@ def test_redis_down_in_two_containers_then_back_holds_one_order_per_token(env, o
         deadline = time.monotonic() + 10
         while gate.outage.unrecorded():
             assert time.monotonic() < deadline, "Redis did not answer again"
-            fresh.append(runtime.signer().mint_entry_token(DROP, 1000 + len(fresh), time.time(), 300))
+            fresh.append(runtime.signer().mint_entry_token(DROP, str(1000 + len(fresh)), time.time(), 300))
             gate.purchase(request_for(fresh[-1]))
             time.sleep(0.05)
     after = crowd(containers, tokens)

@@ -29,47 +29,47 @@ def timed(call):
 
 def test_killed_redis_answers_direct_admitted_then_queueing_resumes(room_on_own_redis, own_redis, capsys):
     room = room_on_own_redis
-    ticket = room.enter(DROP, 1).queue_ticket
-    assert room.enter(DROP, 2).status == "WAITING"
+    ticket = room.enter(DROP, "1").queue_ticket
+    assert room.enter(DROP, "2").status == "WAITING"
 
     own_redis.kill()
     for user in (3, 4, 5, 6):
-        entry, took = timed(lambda user=user: room.enter(DROP, user))
+        entry, took = timed(lambda user=user: room.enter(DROP, str(user)))
         assert entry.status == "DIRECT_ADMITTED" and took < BUDGET_S
-        assert entry.entry_token.grants(DROP, user)
-    polled, took = timed(lambda: room.status(DROP, 1, ticket))
+        assert entry.entry_token.grants(DROP, str(user))
+    polled, took = timed(lambda: room.status(DROP, "1", ticket))
     assert polled.status == "DIRECT_ADMITTED" and took < BUDGET_S
     assert '"RedisDegraded"' in capsys.readouterr().out
 
     own_redis.restart()  # empty: the data is lost with the process
     time.sleep(0.4)  # the breaker's cool-down
-    assert room.enter(DROP, 7).status == "WAITING"
-    assert room.enter(DROP, 8).position == 2
+    assert room.enter(DROP, "7").status == "WAITING"
+    assert room.enter(DROP, "8").position == 2
 
 
 def test_paused_redis_answers_within_the_timeout_budget_and_recovers(room_on_own_redis, own_redis):
     room = room_on_own_redis
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     own_redis.pause()
     try:
         for user in (2, 3, 4):
-            entry, took = timed(lambda user=user: room.enter(DROP, user))
+            entry, took = timed(lambda user=user: room.enter(DROP, str(user)))
             assert entry.status == "DIRECT_ADMITTED" and took < BUDGET_S
     finally:
         own_redis.resume()
     time.sleep(0.4)
-    polled = room.status(DROP, 1, ticket)
+    polled = room.status(DROP, "1", ticket)
     assert (polled.status, polled.position) == ("WAITING", 1)  # nothing was lost
 
 
 def test_concurrent_callers_during_a_pause_each_wait_one_timeout_not_each_others(room_on_own_redis, own_redis):
     # The breaker holds no lock across the Redis call: with one, callers queued behind each other's timeouts.
     room = room_on_own_redis
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     own_redis.pause()
     try:
         with ThreadPoolExecutor(max_workers=6) as pool:
-            answers = list(pool.map(lambda user: timed(lambda: room.enter(DROP, user)), range(2, 8)))
+            answers = list(pool.map(lambda user: timed(lambda: room.enter(DROP, str(user))), range(2, 8)))
     finally:
         own_redis.resume()
     assert {entry.status for entry, _ in answers} == {"DIRECT_ADMITTED"}
@@ -78,7 +78,7 @@ def test_concurrent_callers_during_a_pause_each_wait_one_timeout_not_each_others
 
 def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_redis, monkeypatch):
     room = room_on_own_redis
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     own_redis.kill()
     sends = []
     original = Connection.send_packed_command
@@ -89,27 +89,27 @@ def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_red
     )
 
     for user in range(2, 5):  # three failures in a row open it
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     tries = len(sends)
     assert tries >= 3 and room.store.breaker.current_state == "open"
     for user in range(5, 50):
-        assert room.enter(DROP, user).status == "DIRECT_ADMITTED"
+        assert room.enter(DROP, str(user)).status == "DIRECT_ADMITTED"
     assert len(sends) == tries, "an open breaker must not touch Redis"
 
     own_redis.restart()
     time.sleep(0.4)
-    assert room.enter(DROP, 50).status == "WAITING"  # the probe succeeds and closes it
+    assert room.enter(DROP, "50").status == "WAITING"  # the probe succeeds and closes it
     assert room.store.breaker.current_state == "closed"
 
 
 def test_fail_closed_answers_503_with_retry_after(make_room, own_redis):
     room = make_room(REDIS_URL=own_redis.url, VQ_FAIL_MODE="closed")
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     own_redis.kill()
     for call in (
-        lambda: room.enter(DROP, 2),
-        lambda: room.status(DROP, 1, ticket),
-        lambda: room.leave(DROP, 1, ticket),
+        lambda: room.enter(DROP, "2"),
+        lambda: room.status(DROP, "1", ticket),
+        lambda: room.leave(DROP, "1", ticket),
     ):
         with pytest.raises(QueueUnavailable) as refused:
             call()

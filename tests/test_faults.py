@@ -135,12 +135,12 @@ class Load:
         call = Call(op, u.target, u.user, time.monotonic(), seq=u.seq)
         try:
             if op == "enter":
-                self._took_place(u, call, self.room.enter(u.target, u.user))
+                self._took_place(u, call, self.room.enter(u.target, str(u.user)))
             elif op == "status":
-                self._took_place(u, call, self.room.status(u.target, u.user, u.ticket))
+                self._took_place(u, call, self.room.status(u.target, str(u.user), u.ticket))
             elif op == "leave":
                 u.state = "done"  # gone either way: a leave Redis did not confirm may still have happened
-                self.room.leave(u.target, u.user, u.ticket)
+                self.room.leave(u.target, str(u.user), u.ticket)
                 call.status = 204
             else:
                 call.token_id = u.token.token_id

@@ -68,12 +68,12 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
 
     def enter():
         for user in range(1, 7):
-            tickets[user] = room.enter(DROP, user).queue_ticket
+            tickets[user] = room.enter(DROP, str(user)).queue_ticket
 
     def admit():
         tick()
         for user in (1, 2):
-            tokens[user] = room.status(DROP, user, tickets[user]).entry_token
+            tokens[user] = room.status(DROP, str(user), tickets[user]).entry_token
 
     def purchase():
         assert buy(gate, tokens[1]).status == 201
@@ -83,15 +83,15 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         assert buy(gate, tokens[2]).status == 500  # outcome unknown
         assert buy(gate, tokens[2]).status == 201  # the retry
         client.delete(runtime.store().keys(DROP).active)  # as if it had expired with a forgotten queue
-        other = runtime.signer().mint_entry_token(DROP, 9, time.time(), 300)
+        other = runtime.signer().mint_entry_token(DROP, "9", time.time(), 300)
         origin.answers = [(503, {}, {"not_taken": True})]
         assert buy(gate, other).status == 503  # not taken: given back, and `active` is written again
 
     def leave():
         tick()
-        tokens[3] = room.status(DROP, 3, tickets[3]).entry_token
-        room.leave(DROP, 3, tickets[3])  # revokes the token
-        room.leave(DROP, 4, tickets[4])
+        tokens[3] = room.status(DROP, "3", tickets[3]).entry_token
+        room.leave(DROP, "3", tickets[3])  # revokes the token
+        room.leave(DROP, "4", tickets[4])
 
     def evict():
         # Users 5 and 6 stopped polling long ago.
@@ -102,8 +102,8 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
     def pre_queue():
         room.configure(SHOW, TargetConfig(opens_at_ms=int(time.time() * 1000) + 3_600_000))
         for user in range(1, 5):
-            tickets[SHOW, user] = room.enter(SHOW, user).queue_ticket
-        room.leave(SHOW, 4, tickets[SHOW, 4])
+            tickets[SHOW, user] = room.enter(SHOW, str(user)).queue_ticket
+        room.leave(SHOW, "4", tickets[SHOW, 4])
 
     def draw():
         store = runtime.store()
@@ -117,14 +117,14 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         tick()  # this one finishes the draw
         assert keys_without_ttl(client, store.prefix) == [], "after the tick that finished the draw"
         tick()
-        assert room.status(SHOW, 2, tickets[SHOW, 2]).status in ("WAITING", "ADMITTED")
+        assert room.status(SHOW, "2", tickets[SHOW, 2]).status in ("WAITING", "ADMITTED")
 
     def forget():
         for user in (1, 2, 3):
-            room.leave(SHOW, user, tickets[SHOW, user])
+            room.leave(SHOW, str(user), tickets[SHOW, user])
         tick(2)
         assert runtime.store().registered_targets() == {}
-        room.leave(DROP, 1, tickets[1])  # a departure after the pump forgot the target
+        room.leave(DROP, "1", tickets[1])  # a departure after the pump forgot the target
 
     for name, steps in [
         ("enter", enter),

@@ -76,7 +76,7 @@ def test_a_malformed_secret_is_unavailable_keys_too(secrets_manager, api, capsys
 
 def test_the_authorizer_denies_without_its_keys_and_never_fails(secrets_manager, api, capsys):
     genuine = TokenSigner(load_keyring({"VQ_TOKEN_KEYS": json.dumps({"k1": KEYS["k1"]})}))
-    token = genuine.mint_entry_token(Target("limited-drop", 42), 7, time.time(), 300).text
+    token = genuine.mint_entry_token(Target("limited-drop", 42), "7", time.time(), 300).text
     event = {"type": "REQUEST", "methodArn": ARN, "headers": {"X-Entry-Token": token, "X-User-Id": "7"}}
 
     policy = api.lambda_.invoke("purchase_authorizer", event).payload

@@ -113,7 +113,7 @@ def test_request_too_early_does_not_change_the_flag(appconfig, make_room):
     session.poll()
     room = make_room(VQ_QUEUE_ENABLED_DEFAULT="true")
     room.switch.source = session
-    assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
+    assert room.enter(DROP, "1").status == "DIRECT_ADMITTED"
 
     # AppConfig's documented answer to a GetLatestConfiguration inside the session's minimum interval.
     stubber.add_client_error(
@@ -126,7 +126,7 @@ def test_request_too_early_does_not_change_the_flag(appconfig, make_room):
     clock.now += 15
     session.poll()
     assert session.get_configuration() == OFF
-    assert room.enter(DROP, 2).status == "DIRECT_ADMITTED"  # not the default (true): the flag holds
+    assert room.enter(DROP, "2").status == "DIRECT_ADMITTED"  # not the default (true): the flag holds
 
     # The session is started again, one whole interval after the refusal.
     clock.now += 14
@@ -135,7 +135,7 @@ def test_request_too_early_does_not_change_the_flag(appconfig, make_room):
     expect_poll(stubber, "t0", ON, "t1")
     clock.now += 1
     session.poll()
-    assert room.enter(DROP, 3).status == "WAITING"
+    assert room.enter(DROP, "3").status == "WAITING"
 
 
 def test_a_cold_start_with_appconfig_silent_answers_the_default_after_a_short_wait(
@@ -149,7 +149,7 @@ def test_a_cold_start_with_appconfig_silent_answers_the_default_after_a_short_wa
         VQ_QUEUE_ENABLED_DEFAULT="false",
     )
     started = time.monotonic()
-    assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
+    assert room.enter(DROP, "1").status == "DIRECT_ADMITTED"
     assert time.monotonic() - started < 2  # the first fetch is waited for 0.1 s; loaded machines are slow
 
 
@@ -168,16 +168,16 @@ def never_read():
 def test_a_deployment_switches_the_queue_off_and_on_at_the_next_request(make_room, flags_on):
     room = make_room(VQ_FLAGS_FILE=flags_on)  # a container whose own source still says on
     room.configure(DROP, parse_config(b'{"batch": 5}'))  # an opened target
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
 
     answer = sync(extension_event(OFF), lambda: room.store, never_read)
     assert answer == {"published": True, "version": flag_version(OFF), "targets": 1}
-    assert room.enter(DROP, 2).status == "DIRECT_ADMITTED"
-    assert room.status(DROP, 1, ticket).status == "DIRECT_ADMITTED"
+    assert room.enter(DROP, "2").status == "DIRECT_ADMITTED"
+    assert room.status(DROP, "1", ticket).status == "DIRECT_ADMITTED"
 
     sync(extension_event(ON), lambda: room.store, never_read)
-    assert room.status(DROP, 1, ticket).position == 1  # the line survived the switch
-    assert room.enter(DROP, 3).status == "WAITING"
+    assert room.status(DROP, "1", ticket).position == 1  # the line survived the switch
+    assert room.enter(DROP, "3").status == "WAITING"
 
     # From flag_sync's start to the first request answered by the new configuration, off and on in turn.
     took = []
@@ -185,7 +185,7 @@ def test_a_deployment_switches_the_queue_off_and_on_at_the_next_request(make_roo
         configuration, expected = (OFF, "DIRECT_ADMITTED") if flip % 2 == 0 else (ON, "WAITING")
         started = time.perf_counter()
         sync(extension_event(configuration), lambda: room.store, never_read)
-        assert room.enter(DROP, 3).status == expected
+        assert room.enter(DROP, "3").status == expected
         took.append((time.perf_counter() - started) * 1000)
     took.sort()
     print(
@@ -203,8 +203,8 @@ def test_the_stored_configuration_is_read_once_per_container_and_flip(make_room,
     read = room.store.flag
     monkeypatch.setattr(room.store, "flag", lambda: reads.append(1) or read())
     for user in range(1, 6):
-        assert room.enter(DROP, user).status == "DIRECT_ADMITTED"
-        assert room.enter(OTHER, user).status == "DIRECT_ADMITTED"
+        assert room.enter(DROP, str(user)).status == "DIRECT_ADMITTED"
+        assert room.enter(OTHER, str(user)).status == "DIRECT_ADMITTED"
     assert len(reads) == 1
 
 
@@ -224,8 +224,8 @@ def test_per_target_rules_and_rollout_come_through_the_store_whole(make_room, fl
         }
     }
     sync(extension_event(only_drop_off), lambda: room.store, never_read)
-    assert room.enter(OTHER, 1).status == "WAITING"
-    assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
+    assert room.enter(OTHER, "1").status == "WAITING"
+    assert room.enter(DROP, "1").status == "DIRECT_ADMITTED"
 
 
 def test_an_operator_reconfiguring_a_target_keeps_its_flag_mark(make_room, flags_on):
@@ -234,7 +234,7 @@ def test_an_operator_reconfiguring_a_target_keeps_its_flag_mark(make_room, flags
     sync(extension_event(OFF), lambda: room.store, never_read)
     room.configure(DROP, parse_config(b'{"batch": 7}'))
     assert room.config(DROP)["config"] == {"batch": 7}
-    assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
+    assert room.enter(DROP, "1").status == "DIRECT_ADMITTED"
 
 
 def test_a_target_opened_after_a_flip_follows_it_at_once(make_room, flags_on):
@@ -243,14 +243,14 @@ def test_a_target_opened_after_a_flip_follows_it_at_once(make_room, flags_on):
     sync(extension_event(OFF), lambda: room.store, never_read)
     room.configure(OTHER, parse_config(b'{"batch": 5}'))  # opened after the flip
     fresh = make_room(VQ_FLAGS_FILE=flags_on)  # a container that has not met the flip yet
-    assert fresh.enter(OTHER, 1).status == "DIRECT_ADMITTED"
+    assert fresh.enter(OTHER, "1").status == "DIRECT_ADMITTED"
 
 
 def test_targets_in_line_are_marked_even_unconfigured(make_room, flags_on):
     room = make_room(VQ_FLAGS_FILE=flags_on)
-    ticket = room.enter(DROP, 1).queue_ticket  # registered by the entry, never configured
+    ticket = room.enter(DROP, "1").queue_ticket  # registered by the entry, never configured
     assert sync(extension_event(OFF), lambda: room.store, never_read)["targets"] == 1
-    assert room.status(DROP, 1, ticket).status == "DIRECT_ADMITTED"
+    assert room.status(DROP, "1", ticket).status == "DIRECT_ADMITTED"
 
 
 def test_a_rollback_publishes_the_configuration_appconfig_serves_again(make_room, flags_on):
@@ -259,7 +259,7 @@ def test_a_rollback_publishes_the_configuration_appconfig_serves_again(make_room
     sync(extension_event(OFF), lambda: room.store, never_read)
     answer = sync({"Type": "OnDeploymentRolledBack"}, lambda: room.store, lambda: ON)
     assert answer["version"] == flag_version(ON)
-    assert room.enter(DROP, 1).status == "WAITING"
+    assert room.enter(DROP, "1").status == "WAITING"
 
 
 @pytest.mark.parametrize(
@@ -269,7 +269,7 @@ def test_a_bad_configuration_is_not_published_and_never_fails_the_deployment(mak
     room = make_room(VQ_FLAGS_FILE=flags_on)
     room.configure(DROP, parse_config(b'{"batch": 5}'))
     assert sync(event, lambda: room.store, never_read) == {"published": False}
-    assert room.enter(DROP, 1).status == "WAITING"
+    assert room.enter(DROP, "1").status == "WAITING"
 
 
 def test_redis_down_never_fails_the_deployment():
@@ -302,4 +302,4 @@ def test_the_flag_sync_entry_point_publishes_an_extension_event(api, env, flags_
     runtime.waiting_room().configure(DROP, parse_config(b'{"batch": 5}'))
     answer = api.lambda_.invoke("flag_sync", extension_event(OFF))
     assert answer.payload["published"] is True
-    assert runtime.waiting_room().enter(DROP, 1).status == "DIRECT_ADMITTED"
+    assert runtime.waiting_room().enter(DROP, "1").status == "DIRECT_ADMITTED"

@@ -178,11 +178,13 @@ def map_case(context, case):
     signer = runtime.signer()
     if "X-Queue-Ticket" in case.headers:
         # Known users entered in order (see local_api): each one's seq is their id.
-        case.headers["X-Queue-Ticket"] = signer.issue_ticket(target, int(user), int(user), int(time.time() * 1000)).text
+        case.headers["X-Queue-Ticket"] = signer.issue_ticket(
+            target, str(int(user)), int(user), int(time.time() * 1000)
+        ).text
     if "X-Entry-Token" in case.headers:
         key = (str(target), user)
         if key not in tokens:
-            tokens[key] = signer.mint_entry_token(target, int(user), time.time(), 300).text
+            tokens[key] = signer.mint_entry_token(target, str(int(user)), time.time(), 300).text
         case.headers["X-Entry-Token"] = tokens[key]
     return case
 
@@ -227,10 +229,10 @@ def local_api(env, origin):
     known = [Target(queue_type, 42) for queue_type in TARGET_TYPES]
     for target in known:
         for user in (1, 2, 3):
-            room.enter(target, user)
+            room.enter(target, str(user))
     Pump(runtime.store(), runtime.settings()).run(ticks=1)
     for target in known:
-        room.enter(target, 4)
+        room.enter(target, "4")
     now_ms = int(time.time() * 1000)
     room.configure(Target("limited-drop", 43), TargetConfig(closes_at_ms=now_ms - 60_000))
     room.configure(Target("ticketing-event", 43), TargetConfig(opens_at_ms=now_ms + 3_600_000))

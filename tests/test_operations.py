@@ -45,29 +45,29 @@ def emf_lines(out):
 
 
 def test_shipped_flag_file_is_valid_and_keeps_the_queue_on(room):
-    assert room.switch.queue_enabled(DROP, 7) is True
-    assert room.enter(DROP, 7).status == "WAITING"
+    assert room.switch.queue_enabled(DROP, "7") is True
+    assert room.enter(DROP, "7").status == "WAITING"
 
 
 def test_flag_off_admits_directly_and_on_again_queues_within_seconds(make_room, flags_file):
     room = make_room(VQ_FLAGS_FILE=flags_file)
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
 
     write_flags(flags_file, default=False)
     start = time.monotonic()
-    while room.enter(DROP, 2).status != "DIRECT_ADMITTED":
+    while room.enter(DROP, "2").status != "DIRECT_ADMITTED":
         assert time.monotonic() - start < 3, "the flag did not take effect within 3 s"
         time.sleep(0.05)
-    direct = room.enter(DROP, 2)
-    assert direct.entry_token.grants(DROP, 2) and direct.to_body()["tokenExpiresAt"]
-    assert room.status(DROP, 1, ticket).status == "DIRECT_ADMITTED"
+    direct = room.enter(DROP, "2")
+    assert direct.entry_token.grants(DROP, "2") and direct.to_body()["tokenExpiresAt"]
+    assert room.status(DROP, "1", ticket).status == "DIRECT_ADMITTED"
 
     write_flags(flags_file, default=True)
     start = time.monotonic()
-    while room.enter(DROP, 3).status != "WAITING":
+    while room.enter(DROP, "3").status != "WAITING":
         assert time.monotonic() - start < 3
         time.sleep(0.05)
-    assert room.status(DROP, 1, ticket).position == 1  # the line survived the switch
+    assert room.status(DROP, "1", ticket).position == 1  # the line survived the switch
 
 
 def test_per_target_override_switches_one_target_off(make_room, flags_file):
@@ -81,8 +81,8 @@ def test_per_target_override_switches_one_target_off(make_room, flags_file):
         },
     )
     room = make_room(VQ_FLAGS_FILE=flags_file)
-    assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
-    assert room.enter(OTHER, 1).status == "WAITING"
+    assert room.enter(DROP, "1").status == "DIRECT_ADMITTED"
+    assert room.enter(OTHER, "1").status == "WAITING"
 
 
 def test_rules_of_the_target_alone_are_evaluated_once_per_target_and_configuration(make_room, flags_file, monkeypatch):
@@ -101,13 +101,13 @@ def test_rules_of_the_target_alone_are_evaluated_once_per_target_and_configurati
     monkeypatch.setattr(
         switch._flags, "evaluate", lambda **kw: evaluated.append(kw["context"]["target"]) or evaluate(**kw)
     )
-    assert [switch.queue_enabled(target, user) for target in (DROP, OTHER) for user in range(1, 50)] == [False] * 49 + [
-        True
-    ] * 49
+    assert [switch.queue_enabled(target, str(user)) for target in (DROP, OTHER) for user in range(1, 50)] == [
+        False
+    ] * 49 + [True] * 49
     assert evaluated == [str(DROP), str(OTHER)]
 
     write_flags(flags_file, default=False)  # a new configuration decides afresh
-    assert not switch.queue_enabled(OTHER, 1) and not switch.queue_enabled(OTHER, 2)
+    assert not switch.queue_enabled(OTHER, "1") and not switch.queue_enabled(OTHER, "2")
     assert evaluated == [str(DROP), str(OTHER), str(OTHER)]
 
 
@@ -123,10 +123,10 @@ def test_decisions_kept_per_target_are_bounded_whatever_targets_callers_name(mak
     )
     monkeypatch.setattr(flags, "DECISIONS_KEPT", 10)
     switch = make_room(VQ_FLAGS_FILE=flags_file).switch
-    assert not switch.queue_enabled(DROP, 1)
+    assert not switch.queue_enabled(DROP, "1")
     assert all(switch.queue_enabled(Target("limited-drop", n)) for n in range(1000, 1100))
     assert len(switch._in_effect.decided) <= 10
-    assert not switch.queue_enabled(DROP, 2)  # still decided by the rules after the flood
+    assert not switch.queue_enabled(DROP, "2")  # still decided by the rules after the flood
 
 
 def test_percentage_rollout_queues_about_the_share_and_each_user_always_the_same_way(make_room, flags_file):
@@ -144,10 +144,10 @@ def test_percentage_rollout_queues_about_the_share_and_each_user_always_the_same
     )
     room = make_room(VQ_FLAGS_FILE=flags_file)
     users = random.Random(7).sample(range(1, 10**12), 2000)
-    queued = {user: room.switch.queue_enabled(DROP, user) for user in users}
+    queued = {user: room.switch.queue_enabled(DROP, str(user)) for user in users}
     share = sum(queued.values()) / len(users)
     assert 0.26 < share < 0.34
-    assert all(room.switch.queue_enabled(DROP, user) == queued[user] for user in users[:200])
+    assert all(room.switch.queue_enabled(DROP, str(user)) == queued[user] for user in users[:200])
 
 
 @pytest.mark.parametrize("content", ["{not json", json.dumps({"virtual_queue_enabled": {"default": "yes"}})])
@@ -156,9 +156,9 @@ def test_unreadable_flag_falls_back_to_the_documented_default(make_room, tmp_pat
     broken = tmp_path / "flags.json"
     broken.write_text(content)
     room = make_room(VQ_FLAGS_FILE=broken, VQ_QUEUE_ENABLED_DEFAULT=default)
-    assert room.switch.queue_enabled(DROP, 1) is (default == "true")
+    assert room.switch.queue_enabled(DROP, "1") is (default == "true")
     missing = make_room(VQ_FLAGS_FILE=tmp_path / "absent.json", VQ_QUEUE_ENABLED_DEFAULT=default)
-    assert missing.switch.queue_enabled(DROP, 1) is (default == "true")
+    assert missing.switch.queue_enabled(DROP, "1") is (default == "true")
 
 
 def test_appconfig_unreachable_falls_back_to_the_default(make_room, monkeypatch):
@@ -173,16 +173,16 @@ def test_appconfig_unreachable_falls_back_to_the_default(make_room, monkeypatch)
         VQ_QUEUE_ENABLED_DEFAULT="false",
     )
     assert type(room.switch.source).__name__ == "AppConfigSession"
-    assert room.enter(DROP, 1).status == "DIRECT_ADMITTED"
+    assert room.enter(DROP, "1").status == "DIRECT_ADMITTED"
 
 
 def test_metrics_are_emf_with_the_target_dimension(make_room, capsys):
     room = make_room(VQ_MAX_WAITING=1)
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     with pytest.raises(QueueFull):
-        room.enter(DROP, 2)
+        room.enter(DROP, "2")
     room.store.client.set(room.store.keys(DROP).mark, 1)
-    room.status(DROP, 1, ticket)
+    room.status(DROP, "1", ticket)
 
     emitted = {}
     for line in emf_lines(capsys.readouterr().out):
@@ -250,14 +250,14 @@ def test_log_lines_carry_the_request_id_target_and_user(env, logged):
     records = [json.loads(line) for line in logged.getvalue().splitlines()]
     warning = next(r for r in records if r["message"] == "queue state unavailable")
     assert warning["service"] == "virtual-queue" and warning["correlation_id"] == "req-4711"
-    assert warning["target"] == "limited-drop:42" and warning["user_id"] == 7
+    assert warning["target"] == "limited-drop:42" and warning["user_id"] == "7"
     logger.info("after the request")  # the request's keys stay with its own lines
     after = json.loads(logged.getvalue().splitlines()[-1])
     assert after["message"] == "after the request" and not {"correlation_id", "target", "user_id"} & set(after)
 
 
 def test_stats_p95_is_right_within_the_histograms_resolution(room):
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     rng = random.Random(3)
     waits_s = [rng.expovariate(1 / 40) for _ in range(2000)]  # a long-tailed spread of waits
     pipe = room.store.client.pipeline()
@@ -274,10 +274,10 @@ def test_stats_p95_is_right_within_the_histograms_resolution(room):
 
 
 def test_stats_of_a_live_queue(room):
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 6)}
-    room.leave(DROP, 5, tickets[5])
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 6)}
+    room.leave(DROP, "5", tickets[5])
     room.store.client.set(room.store.keys(DROP).mark, 2)
-    room.status(DROP, 1, tickets[1])
+    room.status(DROP, "1", tickets[1])
     stats = room.stats(DROP)
     assert stats["waitingCount"] == 2 and stats["leftCount"] == 1
     assert stats["avgWaitSeconds"] is not None and stats["p95WaitSeconds"] == 1.0  # waited under a second
@@ -322,15 +322,15 @@ def test_rotated_secret_reaches_a_running_signer(monkeypatch):
     monkeypatch.setenv("VQ_KEYS_MAX_AGE_S", "1")
     runtime.reset()
     signer = runtime.signer()
-    old = signer.mint_entry_token(DROP, 1, time.time(), 300)
+    old = signer.mint_entry_token(DROP, "1", time.time(), 300)
 
     client.put_secret_value(
         SecretId="vq/keys", SecretString=json.dumps({"activeKid": "k2", "keys": {"k1": "s" * 40, "k2": "t" * 40}})
     )
     time.sleep(1.1)
-    signer.mint_entry_token(DROP, 1, time.time(), 300)  # due: starts the refresh in the background
+    signer.mint_entry_token(DROP, "1", time.time(), 300)  # due: starts the refresh in the background
     signer.refreshing.wait(10)
-    new = signer.mint_entry_token(DROP, 1, time.time(), 300)
+    new = signer.mint_entry_token(DROP, "1", time.time(), 300)
     assert signer.keyring.active_kid == "k2"
     assert signer.read_entry_token(old.text, time.time()) and signer.read_entry_token(new.text, time.time())
     runtime.reset()
@@ -341,7 +341,7 @@ def test_measured_rate_feeds_stats_and_eta_only_from_ticks_that_left_users_waiti
 
     room = make_room(VQ_BATCH_SIZE=4, VQ_TICK_MS=100)  # configured: 40 admissions per second
     pump = Pump(room.store, room.settings)
-    tickets = [room.enter(DROP, user).queue_ticket for user in range(1, 11)]
+    tickets = [room.enter(DROP, str(user)).queue_ticket for user in range(1, 11)]
     assert room.stats(DROP)["admissionRatePerSec"] == 0.0  # nothing measured yet
 
     run = pump.run(ticks=2)  # 8 admitted over two ticks that each left users waiting
@@ -351,7 +351,7 @@ def test_measured_rate_feeds_stats_and_eta_only_from_ticks_that_left_users_waiti
 
     # The rate measured is what the ETA uses: fake a slower line and the ETA grows with it.
     room.store.client.hset(room.store.keys(DROP).stats, "rate", "0.5")
-    last = room.status(DROP, 10, tickets[-1])
+    last = room.status(DROP, "10", tickets[-1])
     assert (last.ahead_count, last.eta_seconds) == (1, 2)
 
     time.sleep(0.11)  # into the next tick

@@ -78,11 +78,11 @@ def test_a_heartbeat_timeout_that_would_evict_obedient_clients_is_refused(timeou
 
 def test_waiting_answers_of_enter_and_status_carry_the_advice(make_room):
     room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=1000, VQ_HEARTBEAT_TIMEOUT_S=60)  # one admission a second
-    entries = [room.enter(DROP, user) for user in range(1, 101)]
+    entries = [room.enter(DROP, str(user)) for user in range(1, 101)]
     front, back = entries[0].to_body(), entries[-1].to_body()
     assert 250 <= front["pollAfterMs"] <= 1000  # a newcomer's first advice: cut by up to three quarters
     assert 5_000 <= back["pollAfterMs"] <= 20_000  # 99 s away: half of it is past the bound
-    middle = room.status(DROP, 20, entries[19].queue_ticket).to_body()
+    middle = room.status(DROP, "20", entries[19].queue_ticket).to_body()
     assert middle["etaSeconds"] == 19 and 7_125 <= middle["pollAfterMs"] <= 9_500
 
 
@@ -90,14 +90,14 @@ def test_pre_queue_answers_carry_the_advice_and_admitted_ones_none(make_room):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
     opens_in_ms = 4000
     room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + opens_in_ms))
-    early = room.enter(DROP, 7)
+    early = room.enter(DROP, "7")
     assert early.status == "PRE_QUEUE"
     assert opens_in_ms - 1000 <= early.to_body()["pollAfterMs"] <= opens_in_ms + 5_500
-    polled = room.status(DROP, 7, early.queue_ticket).to_body()
+    polled = room.status(DROP, "7", early.queue_ticket).to_body()
     assert polled["status"] == "PRE_QUEUE" and polled["pollAfterMs"] >= 500
     time.sleep(opens_in_ms / 1000 + 0.1)
     Pump(room.store, room.settings).run(ticks=2)  # draws, then admits
-    admitted = room.status(DROP, 7, early.queue_ticket).to_body()
+    admitted = room.status(DROP, "7", early.queue_ticket).to_body()
     assert admitted["status"] == "ADMITTED" and "pollAfterMs" not in admitted
 
 
@@ -114,8 +114,8 @@ def test_no_target_configuration_stretches_the_advice_past_the_heartbeat(make_ro
     # heartbeat timeout (which also evicts) sets on the advice.
     room = make_room(VQ_HEARTBEAT_TIMEOUT_S=60)
     room.configure(DROP, config)
-    entries = [room.enter(DROP, user) for user in range(1, 51)]
-    polled = [room.status(DROP, user, entry.queue_ticket).to_body() for user, entry in enumerate(entries, 1)]
+    entries = [room.enter(DROP, str(user)) for user in range(1, 51)]
+    polled = [room.status(DROP, str(user), entry.queue_ticket).to_body() for user, entry in enumerate(entries, 1)]
     assert all(answer["status"] == "WAITING" for answer in polled)
     assert max(answer["pollAfterMs"] for answer in polled) <= polling.longest_interval_ms(60) == 20_000
     assert max(answer["pollAfterMs"] for answer in polled) > 10_000  # far from the front: near the bound

@@ -28,7 +28,7 @@ SHOW = Target("ticketing-event", 8)
 
 def fill(room, target, users):
     """Enter `users` in order; returns each user's queue ticket."""
-    return {user: room.enter(target, user).queue_ticket for user in users}
+    return {user: room.enter(target, str(user)).queue_ticket for user in users}
 
 
 def stay_clear_of_tick_boundary(client, tick_ms, margin_ms=1000):
@@ -154,7 +154,7 @@ def test_users_who_left_are_skipped_so_every_tick_admits_batch_users_still_waiti
     fill(runtime.waiting_room(), DROP, range(1, 201))
     leavers = set(random.Random(3).sample(range(1, 201), 60))  # 30 %
     for user in leavers:
-        store.leave(DROP, user, user, 0, 60_000)  # users entered in order: each one's seq is their id
+        store.leave(DROP, str(user), user, 0, 60_000)  # users entered in order: each one's seq is their id
     pump = Pump(store, runtime.settings())
     waiting_key = store.keys(DROP).waiting
     skipped = 0
@@ -184,21 +184,21 @@ def test_users_who_stopped_polling_are_evicted_and_those_behind_move_up(env, cli
     fresh = fill(room, DROP, [26, 27, 28])
     pump = Pump(store, runtime.settings())
     stay_clear_of_tick_boundary(client, 60_000)
-    assert room.status(DROP, 26, fresh[26]).ahead_count == 25
+    assert room.status(DROP, "26", fresh[26]).ahead_count == 25
 
     evicted, ahead = [], []
     for _ in range(4):
         evicted.append(only(pump.tick()).evicted)
-        ahead.append(room.status(DROP, 26, fresh[26]).ahead_count)
+        ahead.append(room.status(DROP, "26", fresh[26]).ahead_count)
 
     # Tick 1 also admits seq 11 (the first tick's batch of one); tick 2 evicts it, as it never collected its token.
     assert evicted == [10, 10, 5, 0]
     assert client.hget(store.keys(DROP).stats, "evicted") == "25"
     assert ahead == [14, 5, 0, 0]
-    assert [room.status(DROP, user, fresh[user]).status for user in fresh] == ["WAITING"] * 3
+    assert [room.status(DROP, str(user), fresh[user]).status for user in fresh] == ["WAITING"] * 3
     for user in (1, 11, 25):
         with pytest.raises(NotInQueue):
-            room.status(DROP, user, stale[user])
+            room.status(DROP, str(user), stale[user])
 
 
 def test_the_pump_lock_is_released_and_extended_only_by_its_owner_and_taken_once_expired(env, client, store):
@@ -272,16 +272,16 @@ def test_the_pump_reloads_scripts_the_server_lost(env, client, store):
 def test_idle_targets_are_forgotten_and_registered_again_on_the_next_enter(env, client, store):
     env(VQ_TICK_MS=100)
     room = runtime.waiting_room()
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     fill(room, EVENT, [1])
-    room.leave(DROP, 1, ticket)
+    room.leave(DROP, "1", ticket)
     pump = Pump(store, runtime.settings())
 
     assert only(pump.tick()).idle
     assert set(store.registered_targets()) == {EVENT}
     assert client.exists(store.keys(DROP).registered) == 0
 
-    room.enter(DROP, 2)
+    room.enter(DROP, "2")
     assert set(store.registered_targets()) == {DROP, EVENT}
 
 
@@ -289,14 +289,14 @@ def test_an_enter_that_registers_the_target_while_the_pump_forgets_it_is_not_los
     tick_ms = 100
     env(VQ_TICK_MS=tick_ms)
     room = runtime.waiting_room()
-    ticket = room.enter(DROP, 1).queue_ticket
-    room.leave(DROP, 1, ticket)
+    ticket = room.enter(DROP, "1").queue_ticket
+    room.leave(DROP, "1", ticket)
     read_nonce = store.registered_targets()[DROP]
 
     class RacingStore(QueueStore):
         def forget_targets(self, nonces):
             # Between the pump's eviction (which dropped the marker) and its forgetting: a new user enters.
-            room.enter(DROP, 2)
+            room.enter(DROP, "2")
             return super().forget_targets(nonces)
 
     pump = Pump(RacingStore(client, store.prefix), runtime.settings())
@@ -305,7 +305,7 @@ def test_an_enter_that_registers_the_target_while_the_pump_forgets_it_is_not_los
     assert store.registered_targets()[DROP] != read_nonce
     wait_for_next_tick(client, tick_ms)
     assert only(pump.tick()).admitted == 1
-    assert room.enter(DROP, 2).status == "ADMITTED"
+    assert room.enter(DROP, "2").status == "ADMITTED"
 
 
 def test_forgetting_with_a_stale_nonce_keeps_the_target(env, store):
@@ -435,7 +435,7 @@ def test_an_opened_target_keeps_the_scheduled_pump_ticking_and_its_first_user_is
     def sleep(seconds):
         time.sleep(seconds)
         if len(ticks) == 3:
-            room.enter(DROP, 1)  # the sale's first user, while the pump is between ticks
+            room.enter(DROP, "1")  # the sale's first user, while the pump is between ticks
             entered_after_tick.append(len(ticks))
 
     pump = Pump(Recording(store.client, store.prefix), runtime.settings(), sleep=sleep)
@@ -462,7 +462,7 @@ def test_the_pump_is_awake_from_shortly_before_an_opening_until_long_after_it(en
 def test_a_scheduled_run_stops_after_a_tick_that_found_nothing_on_sale(env, store):
     env(VQ_TICK_MS=100)
     room = runtime.waiting_room()
-    room.leave(DROP, 1, room.enter(DROP, 1).queue_ticket)  # registered, then nobody left in line
+    room.leave(DROP, "1", room.enter(DROP, "1").queue_ticket)  # registered, then nobody left in line
 
     run = Pump(store, runtime.settings()).run(remaining_ms=lambda: 60_000.0, until_idle=True)
 

@@ -26,7 +26,7 @@ def test_concurrent_enters_give_each_user_one_seq_without_gaps_or_ties(room):
 
     def enter(user):
         # The store's answer carries the seq itself; the room's answer carries the ticket naming it.
-        place = room.store.enter(DROP, user, 1, room.signer.grant(0, 60), room.defaults)
+        place = room.store.enter(DROP, str(user), 1, room.signer.grant(0, 60), room.defaults)
         return user, place
 
     with ThreadPoolExecutor(max_workers=32) as pool:
@@ -44,7 +44,7 @@ def test_concurrent_enters_give_each_user_one_seq_without_gaps_or_ties(room):
 def test_concurrent_enters_hand_out_exactly_one_ticket_per_user(room):
     users = [user for user in range(1, 51) for _ in range(4)]
     with ThreadPoolExecutor(max_workers=16) as pool:
-        answers = list(pool.map(lambda user: (user, room.enter(DROP, user)), users))
+        answers = list(pool.map(lambda user: (user, room.enter(DROP, str(user))), users))
     tickets = defaultdict(list)
     for user, entry in answers:
         assert entry.status == "WAITING"
@@ -57,12 +57,12 @@ def test_concurrent_enters_hand_out_exactly_one_ticket_per_user(room):
 
 
 def test_reentry_is_idempotent_and_keeps_the_place(room):
-    first = room.enter(DROP, 1)
-    room.enter(DROP, 2)
-    again = room.enter(DROP, 1)
+    first = room.enter(DROP, "1")
+    room.enter(DROP, "2")
+    again = room.enter(DROP, "1")
     assert first.queue_ticket and again.queue_ticket is None
     assert (again.status, again.position, again.ahead_count) == ("WAITING", 1, 0)
-    assert room.enter(DROP, 2).position == 2
+    assert room.enter(DROP, "2").position == 2
 
 
 def test_capacity_holds_under_concurrent_arrivals(make_room):
@@ -71,7 +71,7 @@ def test_capacity_holds_under_concurrent_arrivals(make_room):
 
     def arrive(user):
         try:
-            room.enter(DROP, user)
+            room.enter(DROP, str(user))
             outcomes.append("accepted")
         except QueueFull as full:
             assert full.headers["Retry-After"].isdigit()
@@ -86,35 +86,35 @@ def test_capacity_holds_under_concurrent_arrivals(make_room):
 
 def test_a_user_already_in_line_is_not_refused_when_the_line_is_full(make_room):
     room = make_room(VQ_MAX_WAITING=2)
-    room.enter(DROP, 1)
-    room.enter(DROP, 2)
+    room.enter(DROP, "1")
+    room.enter(DROP, "2")
     with pytest.raises(QueueFull):
-        room.enter(DROP, 3)
-    assert room.enter(DROP, 1).position == 1
+        room.enter(DROP, "3")
+    assert room.enter(DROP, "1").position == 1
 
 
 def test_admitted_users_free_their_capacity(make_room):
     room = make_room(VQ_MAX_WAITING=2)
-    room.enter(DROP, 1)
-    room.enter(DROP, 2)
+    room.enter(DROP, "1")
+    room.enter(DROP, "2")
     admit_up_to(room, DROP, 1)
-    assert room.enter(DROP, 3).position == 2
+    assert room.enter(DROP, "3").position == 2
 
 
 def test_admission_is_judged_by_seq_not_rank(room):
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in (1, 2, 3)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in (1, 2, 3)}
     admit_up_to(room, DROP, 2)
-    room.leave(DROP, 1, tickets[1])
-    third = room.status(DROP, 3, tickets[3])
+    room.leave(DROP, "1", tickets[1])
+    third = room.status(DROP, "3", tickets[3])
     assert third.status == "WAITING"
     assert (third.position, third.ahead_count) == (1, 0)  # user 2 is admitted, no longer ahead
-    assert room.status(DROP, 2, tickets[2]).status == "ADMITTED"
+    assert room.status(DROP, "2", tickets[2]).status == "ADMITTED"
 
 
 def test_status_reports_place_and_eta_from_the_configured_rate(make_room):
     room = make_room(VQ_BATCH_SIZE=10, VQ_TICK_MS=2000)  # 5 admissions per second
-    tickets = [room.enter(DROP, user).queue_ticket for user in range(1, 23)]
-    entry = room.status(DROP, 22, tickets[-1])
+    tickets = [room.enter(DROP, str(user)).queue_ticket for user in range(1, 23)]
+    entry = room.status(DROP, "22", tickets[-1])
     assert (entry.status, entry.position, entry.ahead_count, entry.eta_seconds) == ("WAITING", 22, 21, 5)
     body = entry.to_body()
     # Asked back after half the 4.2 s wait, shortened by up to a quarter (chalicelib/polling.py).
@@ -125,139 +125,139 @@ def test_status_reports_place_and_eta_from_the_configured_rate(make_room):
 def test_admitted_user_gets_one_token_until_it_expires(make_room):
     clock = FakeClock(1_800_000_000.0)
     room = make_room(clock=clock, VQ_TOKEN_TTL_S=300)
-    ticket = room.enter(DROP, 1).queue_ticket
-    room.enter(DROP, 2)
+    ticket = room.enter(DROP, "1").queue_ticket
+    room.enter(DROP, "2")
     admit_up_to(room, DROP, 1)
 
-    admitted = room.status(DROP, 1, ticket)
+    admitted = room.status(DROP, "1", ticket)
     assert admitted.status == "ADMITTED"
     token = admitted.entry_token
-    assert token.grants(DROP, 1) and token.expires_at == 1_800_000_300
+    assert token.grants(DROP, "1") and token.expires_at == 1_800_000_300
     assert admitted.to_body()["tokenExpiresAt"] == "2027-01-15T08:05:00Z"
     assert "position" not in admitted.to_body() and "etaSeconds" not in admitted.to_body()
 
     # Polling again, or entering again, returns the very same token.
-    assert room.status(DROP, 1, ticket).entry_token == token
-    assert room.enter(DROP, 1).entry_token == token
+    assert room.status(DROP, "1", ticket).entry_token == token
+    assert room.enter(DROP, "1").entry_token == token
     # The admitted user left the line: the next user is first now.
     assert room.store.client.zscore(room.store.keys(DROP).waiting, "1") is None
     assert room.store.client.zscore(room.store.keys(DROP).heartbeat, "1") is None
 
 
 def test_admitted_user_who_reenters_before_polling_collects_the_token(room):
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     admit_up_to(room, DROP, 1)
-    entry = room.enter(DROP, 1)
-    assert entry.status == "ADMITTED" and entry.entry_token.grants(DROP, 1)
+    entry = room.enter(DROP, "1")
+    assert entry.status == "ADMITTED" and entry.entry_token.grants(DROP, "1")
 
 
 def test_token_key_expires_with_the_token(make_room, client):
     room = make_room(VQ_TOKEN_TTL_S=300)
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, DROP, 1)
     # Judged on absolute times, so a loaded machine's delays only widen the window by what they measurably took.
     started = time.time()
-    token = room.status(DROP, 1, ticket).entry_token
+    token = room.status(DROP, "1", ticket).entry_token
     took_ms = (time.time() - started) * 1000
     expires_ms = client.pexpiretime(room.store.keys(DROP).token(1))
     assert token.expires_at * 1000 - 5 <= expires_ms <= token.expires_at * 1000 + took_ms + 5
 
 
 def test_status_without_place_or_token_is_not_in_queue(room, signer):
-    room.enter(DROP, 1)
-    ticket = signer.issue_ticket(DROP, 5, seq=1, entered_at_ms=1).text
+    room.enter(DROP, "1")
+    ticket = signer.issue_ticket(DROP, "5", seq=1, entered_at_ms=1).text
     with pytest.raises(NotInQueue):
-        room.status(DROP, 5, ticket)
+        room.status(DROP, "5", ticket)
 
 
 def test_status_refreshes_the_heartbeat_of_a_waiting_user(make_room, client):
     clock = FakeClock(1_800_000_000.0)
     room = make_room(clock=clock)
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     clock.now += 30
-    room.status(DROP, 1, ticket)
+    room.status(DROP, "1", ticket)
     assert client.zscore(room.store.keys(DROP).heartbeat, "1") == 1_800_000_030_000
 
 
 @pytest.mark.parametrize("forge", ["missing", "junk", "other user", "other target", "other type"])
 def test_status_and_leave_need_the_users_own_ticket(room, signer, forge):
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     ticket = {
         "missing": None,
         "junk": "not-a-ticket",
-        "other user": signer.issue_ticket(DROP, 2, 1, 1).text,
-        "other target": signer.issue_ticket(Target("limited-drop", 43), 1, 1, 1).text,
-        "other type": signer.issue_ticket(EVENT, 1, 1, 1).text,
+        "other user": signer.issue_ticket(DROP, "2", 1, 1).text,
+        "other target": signer.issue_ticket(Target("limited-drop", 43), "1", 1, 1).text,
+        "other type": signer.issue_ticket(EVENT, "1", 1, 1).text,
     }[forge]
     with pytest.raises(InvalidQueueTicket):
-        room.status(DROP, 1, ticket)
+        room.status(DROP, "1", ticket)
     with pytest.raises(InvalidQueueTicket):
-        room.leave(DROP, 1, ticket)
+        room.leave(DROP, "1", ticket)
     assert room.store.client.zscore(room.store.keys(DROP).waiting, "1") == 1
 
 
 def test_an_entry_token_is_not_a_queue_ticket(room):
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, DROP, 1)
-    token = room.status(DROP, 1, ticket).entry_token.text
+    token = room.status(DROP, "1", ticket).entry_token.text
     with pytest.raises(InvalidQueueTicket):
-        room.status(DROP, 1, token)
+        room.status(DROP, "1", token)
 
 
 def test_leave_removes_the_user_and_is_idempotent(room):
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in (1, 2)}
-    room.leave(DROP, 1, tickets[1])
-    room.leave(DROP, 1, tickets[1])
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in (1, 2)}
+    room.leave(DROP, "1", tickets[1])
+    room.leave(DROP, "1", tickets[1])
     with pytest.raises(NotInQueue):
-        room.status(DROP, 1, tickets[1])
-    assert room.status(DROP, 2, tickets[2]).position == 1
+        room.status(DROP, "1", tickets[1])
+    assert room.status(DROP, "2", tickets[2]).position == 1
 
 
 def test_leaving_after_admission_drops_the_held_token(room):
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, DROP, 1)
-    room.status(DROP, 1, ticket)
-    room.leave(DROP, 1, ticket)
+    room.status(DROP, "1", ticket)
+    room.leave(DROP, "1", ticket)
     with pytest.raises(NotInQueue):
-        room.status(DROP, 1, ticket)
+        room.status(DROP, "1", ticket)
 
 
 def test_reentering_after_leaving_goes_to_the_back_with_a_new_ticket(room):
-    first = room.enter(DROP, 1)
-    room.enter(DROP, 2)
-    room.leave(DROP, 1, first.queue_ticket)
-    again = room.enter(DROP, 1)
+    first = room.enter(DROP, "1")
+    room.enter(DROP, "2")
+    room.leave(DROP, "1", first.queue_ticket)
+    again = room.enter(DROP, "1")
     assert again.queue_ticket and again.queue_ticket != first.queue_ticket
     assert room.signer.read_ticket(again.queue_ticket).seq == 3
     assert again.position == 2
 
 
 def test_targets_are_independent_lines(room):
-    room.enter(DROP, 1)
-    assert room.enter(EVENT, 1).position == 1
-    assert room.enter(Target("limited-drop", 43), 1).position == 1
+    room.enter(DROP, "1")
+    assert room.enter(EVENT, "1").position == 1
+    assert room.enter(Target("limited-drop", 43), "1").position == 1
 
 
 def test_all_keys_of_a_target_share_one_hash_slot(room, client):
-    ticket = room.enter(DROP, 1).queue_ticket
-    room.enter(DROP, 2)
+    ticket = room.enter(DROP, "1").queue_ticket
+    room.enter(DROP, "2")
     admit_up_to(room, DROP, 1)
-    room.status(DROP, 1, ticket)
+    room.status(DROP, "1", ticket)
     keys = list(client.scan_iter(match=f"{room.store.prefix}:{{{DROP}}}*"))
     assert len(keys) >= 6
     assert len({key_slot(key.encode()) for key in keys}) == 1
 
 
 def test_enter_registers_the_target_for_the_pump_once(room, client):
-    room.enter(DROP, 1)
-    room.enter(DROP, 2)
-    room.enter(EVENT, 1)
+    room.enter(DROP, "1")
+    room.enter(DROP, "2")
+    room.enter(EVENT, "1")
     assert set(client.zrange(room.store.targets_key, 0, -1)) == {"limited-drop:42", "ticketing-event:42"}
 
 
 def test_queue_keys_carry_the_idle_ttl(make_room, client):
     room = make_room(VQ_QUEUE_IDLE_TTL_S=600)
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     keys = room.store.keys(DROP)
     for key in (keys.waiting, keys.heartbeat, keys.seq):
         assert 599_000 < client.pttl(key) <= 600_000, key
@@ -266,17 +266,17 @@ def test_queue_keys_carry_the_idle_ttl(make_room, client):
 
 
 def test_a_lost_registration_is_made_again_by_a_later_enter(room, client):
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     client.delete(room.store.targets_key)  # e.g. lost in a failover, or a failed second round trip
     client.delete(room.store.keys(DROP).registered)  # ...and its marker lapsed
-    room.enter(DROP, 2)
+    room.enter(DROP, "2")
     assert client.zrange(room.store.targets_key, 0, -1) == [str(DROP)]
 
 
 def test_each_client_call_is_one_round_trip(room, client, monkeypatch):
     """Counted at the socket: each packed send to Redis is one round trip (a pipeline is one send)."""
-    room.enter(DROP, 1)  # the first entry of a queue also registers it, once per queue lifetime
-    ticket = room.enter(DROP, 2).queue_ticket
+    room.enter(DROP, "1")  # the first entry of a queue also registers it, once per queue lifetime
+    ticket = room.enter(DROP, "2").queue_ticket
     sends = []
     original = Connection.send_packed_command
     monkeypatch.setattr(
@@ -288,13 +288,13 @@ def test_each_client_call_is_one_round_trip(room, client, monkeypatch):
         call()
         return len(sends)
 
-    assert round_trips(lambda: room.enter(DROP, 3)) == 1
-    assert round_trips(lambda: room.enter(DROP, 3)) == 1
-    assert round_trips(lambda: room.status(DROP, 2, ticket)) == 1
+    assert round_trips(lambda: room.enter(DROP, "3")) == 1
+    assert round_trips(lambda: room.enter(DROP, "3")) == 1
+    assert round_trips(lambda: room.status(DROP, "2", ticket)) == 1
     admit_up_to(room, DROP, 2)
-    assert round_trips(lambda: room.status(DROP, 2, ticket)) == 1
-    assert round_trips(lambda: room.status(DROP, 2, ticket)) == 1
-    assert round_trips(lambda: room.leave(DROP, 3, room.signer.issue_ticket(DROP, 3, 3, 1).text)) == 1
+    assert round_trips(lambda: room.status(DROP, "2", ticket)) == 1
+    assert round_trips(lambda: room.status(DROP, "2", ticket)) == 1
+    assert round_trips(lambda: room.leave(DROP, "3", room.signer.issue_ticket(DROP, "3", 3, 1).text)) == 1
 
 
 class FakeClock:

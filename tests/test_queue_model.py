@@ -132,7 +132,7 @@ class QueueMachine(RuleBasedStateMachine):
     def enter(self, user):
         m = self.model
         try:
-            entry = self.room.enter(DROP, user)
+            entry = self.room.enter(DROP, str(user))
         except QueueFull:
             assert user not in m.line and user not in m.holding and len(m.waiting()) >= CAPACITY
             return
@@ -169,7 +169,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         m = self.model
         try:
-            entry = self.room.status(DROP, user, self.tickets[user])
+            entry = self.room.status(DROP, str(user), self.tickets[user])
         except NotInQueue:
             assert user not in m.line and user not in m.holding, "a user in line was told they are not"
             return
@@ -187,14 +187,14 @@ class QueueMachine(RuleBasedStateMachine):
     def leave(self, user):
         if user not in self.tickets:
             return
-        self.room.leave(DROP, user, self.tickets[user])
+        self.room.leave(DROP, str(user), self.tickets[user])
         self.model.line.pop(user, None)
         self.model.heartbeat.pop(user, None)
         if self.model.holding.pop(user, None) is not None and self.tokens[user].token_id not in self.token_state:
             self.token_state[self.tokens[user].token_id] = "revoked"
 
     def received_token(self, user, entry) -> None:
-        assert entry.entry_token.grants(DROP, user)
+        assert entry.entry_token.grants(DROP, str(user))
         assert entry.entry_token.token_id not in {t.token_id for t in self.tokens.values()}, "a token id twice"
         self.model.collect(user, entry.entry_token)
         self.tokens[user] = entry.entry_token

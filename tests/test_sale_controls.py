@@ -64,7 +64,7 @@ def test_enter_on_an_unknown_target_is_404_and_creates_no_key_no_registration_no
 
 
 def test_status_with_a_genuine_ticket_stats_and_config_of_an_unknown_target_are_404(closed_api, client, prefix):
-    ticket = runtime.signer().issue_ticket(DROP, 7, 1, int(time.time() * 1000)).text
+    ticket = runtime.signer().issue_ticket(DROP, "7", 1, int(time.time() * 1000)).text
     for answer in (
         poll(closed_api, 7, ticket),
         closed_api.http.get("/virtual-queues/limited-drop/42/stats"),
@@ -94,16 +94,16 @@ def test_locally_a_first_enter_opens_the_target(api):
 
 def test_paused_admits_nobody_and_waiting_users_keep_their_place_and_heartbeat(make_room, client):
     room = make_room(VQ_BATCH_SIZE=2, VQ_TICK_MS=100)
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 7)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 7)}
     room.configure(DROP, TargetConfig(paused=True))
     assert pump_ticks(room, 3).admitted == 0
 
-    entry = room.status(DROP, 3, tickets[3])
+    entry = room.status(DROP, "3", tickets[3])
     assert (entry.status, entry.position, entry.eta_seconds, entry.paused) == ("WAITING", 3, None, True)
     assert entry.to_body()["paused"] is True and entry.to_body()["etaSeconds"] is None
     before = client.zscore(room.store.keys(DROP).heartbeat, "3")
     time.sleep(0.01)
-    room.status(DROP, 3, tickets[3])
+    room.status(DROP, "3", tickets[3])
     assert client.zscore(room.store.keys(DROP).heartbeat, "3") > before
     assert room.stats(DROP)["config"]["paused"] is True and room.stats(DROP)["effectiveRatePerSec"] == 0
 
@@ -112,7 +112,7 @@ def test_resuming_goes_on_in_the_same_order_at_the_rate_without_catching_up(make
     from tests.support.ticks import wait_for_next_tick
 
     room = make_room(VQ_BATCH_SIZE=2, VQ_TICK_MS=100)
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 9)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 9)}
     room.configure(DROP, TargetConfig(paused=True))
     pump_ticks(room, 4)
     room.configure(DROP, TargetConfig(paused=False))
@@ -120,7 +120,7 @@ def test_resuming_goes_on_in_the_same_order_at_the_rate_without_catching_up(make
     run = pump_ticks(room, 1)
     # One tick's batch (two, should a loaded machine slip a tick), not the paused ticks made up for (10).
     assert run.admitted in (2, 4)
-    statuses = {user: room.status(DROP, user, tickets[user]).status for user in tickets}
+    statuses = {user: room.status(DROP, str(user), tickets[user]).status for user in tickets}
     assert [user for user, status in sorted(statuses.items()) if status == "ADMITTED"] == list(
         range(1, run.admitted + 1)
     )
@@ -131,30 +131,30 @@ def test_resuming_goes_on_in_the_same_order_at_the_rate_without_catching_up(make
 
 def test_sold_out_answers_every_waiting_users_next_poll_and_releases_their_place(make_room):
     room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=100)
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 5)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 5)}
     pump_ticks(room, 1)
-    holder = room.status(DROP, 1, tickets[1])
+    holder = room.status(DROP, "1", tickets[1])
     assert holder.status == "ADMITTED"
 
     room.configure(DROP, TargetConfig(sold_out=True))
     assert pump_ticks(room, 2).admitted == 0
     assert room.stats(DROP)["waitingCount"] == 3
-    assert room.status(DROP, 2, tickets[2]).to_body() == {"status": "SOLD_OUT"}
-    assert room.status(DROP, 2, tickets[2]).status == "SOLD_OUT"  # and again at the next poll
+    assert room.status(DROP, "2", tickets[2]).to_body() == {"status": "SOLD_OUT"}
+    assert room.status(DROP, "2", tickets[2]).status == "SOLD_OUT"  # and again at the next poll
     stats = room.stats(DROP)
     assert stats["waitingCount"] == 2 and stats["soldOutReleasedCount"] == 1
     assert stats["config"]["soldOut"] is True and stats["effectiveRatePerSec"] == 0
     # Tokens already issued stay valid: the holder still gets theirs.
-    again = room.status(DROP, 1, tickets[1])
+    again = room.status(DROP, "1", tickets[1])
     assert again.status == "ADMITTED" and again.entry_token.text == holder.entry_token.text
 
 
 def test_enter_on_a_sold_out_target_is_409_and_releases_a_place(make_room, api):
     room = make_room()
-    room.enter(DROP, 2)
+    room.enter(DROP, "2")
     room.configure(DROP, TargetConfig(sold_out=True))
     with pytest.raises(QueueSoldOut):
-        room.enter(DROP, 3)
+        room.enter(DROP, "3")
     answer = enter(api, 2)
     assert answer.status_code == 409 and answer.json_body["code"] == "SOLD_OUT"
     assert room.stats(DROP)["waitingCount"] == 0
@@ -163,9 +163,9 @@ def test_enter_on_a_sold_out_target_is_409_and_releases_a_place(make_room, api):
 def test_a_pre_queued_user_hears_sold_out_too(make_room):
     room = make_room()
     room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + 60_000))
-    ticket = room.enter(DROP, 5).queue_ticket
+    ticket = room.enter(DROP, "5").queue_ticket
     room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + 60_000, sold_out=True))
-    assert room.status(DROP, 5, ticket).status == "SOLD_OUT"
+    assert room.status(DROP, "5", ticket).status == "SOLD_OUT"
     assert room.stats(DROP)["preQueuedCount"] == 0
 
 
@@ -175,7 +175,7 @@ def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_an
     from tests.support.buying import mint, request_for
 
     room = make_room()
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in (1, 2)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in (1, 2)}
     origin.answers = [(201, {"orderId": 1})]
     assert runtime.purchase_gate().purchase(request_for(mint(runtime.signer()))).status == 201
     assert room.stats(DROP)["config"]["soldOut"] is False and room.stats(DROP)["ordersCount"] == 1
@@ -188,9 +188,9 @@ def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_an
         {"target": "limited-drop:42", "service": "virtual-queue"}
     ]
     assert room.config(DROP)["config"] == {"soldOut": True}
-    assert room.status(DROP, 2, tickets[2]).status == "SOLD_OUT"
+    assert room.status(DROP, "2", tickets[2]).status == "SOLD_OUT"
     with pytest.raises(QueueSoldOut):
-        room.enter(DROP, 3)
+        room.enter(DROP, "3")
 
 
 def test_a_direct_entry_token_for_an_unknown_target_buys_nothing(env, origin, client, prefix, capsys):
@@ -205,7 +205,7 @@ def test_a_direct_entry_token_for_an_unknown_target_buys_nothing(env, origin, cl
     assert origin.requests == [] and keys_under(client, prefix) == []
     assert "limited-drop:42" not in capsys.readouterr().out
     with pytest.raises(UnknownTarget):
-        runtime.waiting_room().enter(DROP, 7)
+        runtime.waiting_room().enter(DROP, "7")
 
 
 def test_with_the_queue_off_an_unknown_target_is_still_404_and_a_known_one_lets_users_in(

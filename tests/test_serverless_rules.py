@@ -99,16 +99,16 @@ def test_every_script_touches_only_the_keys_its_call_passes(env, own_redis, stri
 
     opening = int(time.time() * 1000) + 300
     room.configure(SHOW, parse_config(json.dumps({"opensAt": iso_time(opening)}).encode()))
-    pre_queued = [room.enter(SHOW, user).queue_ticket for user in (1, 2, 3)]
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in (1, 2, 3, 4)}
-    room.leave(GONE, 1, room.enter(GONE, 1).queue_ticket)  # an idle target, for the pump to forget
+    pre_queued = [room.enter(SHOW, str(user)).queue_ticket for user in (1, 2, 3)]
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in (1, 2, 3, 4)}
+    room.leave(GONE, "1", room.enter(GONE, "1").queue_ticket)  # an idle target, for the pump to forget
     time.sleep(0.4)
     for _ in range(3):
         pump.tick()  # the opening draw, evictions, the shop-following rate, admissions
         time.sleep(0.11)
-    admitted = room.status(DROP, 1, tickets[1])
+    admitted = room.status(DROP, "1", tickets[1])
     assert admitted.status == "ADMITTED", admitted
-    room.status(SHOW, 1, pre_queued[0])
+    room.status(SHOW, "1", pre_queued[0])
     origin.answers = [(503, {"error": "try again"}), (201, {"ok": True})]
     for _ in range(2):  # consumed, given back (restore), consumed again; each outcome noted (observe_purchase)
         gate.purchase(
@@ -122,7 +122,7 @@ def test_every_script_touches_only_the_keys_its_call_passes(env, own_redis, stri
                 content_type="application/json",
             )
         )
-    room.leave(DROP, 4, tickets[4])
+    room.leave(DROP, "4", tickets[4])
     room.stats(DROP)
     room.config(DROP)
     flags = base64.b64encode(json.dumps({"virtual_queue_enabled": {"default": True}}).encode()).decode()

@@ -20,7 +20,7 @@ TICK_MS = 100
 def room(make_room):
     room = make_room(VQ_BATCH_SIZE=10, VQ_TICK_MS=TICK_MS)
     for user in range(1, 200):
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     # A first tick loads the pump's scripts on this server (a script the server lacks is sent again after the
     # others, which would put this tick's admission before its adjustment).
     room.pump = Pump(room.store, room.settings)
@@ -344,7 +344,7 @@ def test_the_gate_notes_latency_outcome_and_orders(make_room, origin, client):
     from tests.support.buying import mint, request_for
 
     room = make_room()
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     origin.delay_s = 0.05
     origin.answers = [(201, {}), (503, {}), (409, {"code": "SOLD_OUT"})]
     for user in (7, 8, 9):

@@ -49,6 +49,7 @@ def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
         "opensAt": "2030-01-01T09:00:00.000Z",
         "paused": False,
         "soldOut": False,
+        "inviteOnly": False,
     }
     # PUT replaces: fields left out fall back to the global defaults.
     put(api, {"maxActive": 3})
@@ -59,6 +60,7 @@ def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
         "maxActive": 3,
         "paused": False,
         "soldOut": False,
+        "inviteOnly": False,
     }
 
 
@@ -134,12 +136,12 @@ def test_parse_config_reads_times_to_the_millisecond():
 
 def test_own_capacity_applies_instead_of_the_global_one(room):
     room.configure(DROP, TargetConfig(max_waiting=2))
-    room.enter(DROP, 1)
-    room.enter(DROP, 2)
+    room.enter(DROP, "1")
+    room.enter(DROP, "2")
     with pytest.raises(Exception) as full:
-        room.enter(DROP, 3)
+        room.enter(DROP, "3")
     assert full.value.code == "QUEUE_FULL"
-    assert room.enter(Target("limited-drop", 43), 3).status == "WAITING"  # other targets keep the default
+    assert room.enter(Target("limited-drop", 43), "3").status == "WAITING"  # other targets keep the default
 
 
 def test_a_configuration_change_takes_effect_on_the_next_tick_with_pumps_running(make_room):
@@ -180,7 +182,7 @@ def test_a_configuration_change_takes_effect_on_the_next_tick_with_pumps_running
 
 def test_stats_report_the_configuration_beside_the_live_figures(room):
     room.configure(DROP, TargetConfig(batch=3, max_active=9))
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     stats = room.stats(DROP)
     assert stats["config"] == {
         "batch": 3,
@@ -189,13 +191,14 @@ def test_stats_report_the_configuration_beside_the_live_figures(room):
         "maxActive": 9,
         "paused": False,
         "soldOut": False,
+        "inviteOnly": False,
     }
     assert stats["waitingCount"] == 1 and stats["activeCount"] == 0 and stats["preQueuedCount"] == 0
 
 
 def test_pump_gauges_carry_the_configuration(room, capsys):
     room.configure(DROP, TargetConfig(batch=4, tick_ms=500, max_active=6))
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     Pump(room.store, room.settings).tick()
     line = next(json.loads(line) for line in capsys.readouterr().out.splitlines() if '"ConfiguredRatePerSec"' in line)
     assert line["target"] == str(DROP)
@@ -203,12 +206,12 @@ def test_pump_gauges_carry_the_configuration(room, capsys):
 
 
 def test_closed_queue_refuses_newcomers_but_keeps_its_line(room, api):
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     room.configure(DROP, TargetConfig(closes_at_ms=int(time.time() * 1000) - 1))
     with pytest.raises(QueueClosed):
-        room.enter(DROP, 2)
-    assert room.enter(DROP, 1).status == "WAITING"
-    assert room.status(DROP, 1, ticket).position == 1
+        room.enter(DROP, "2")
+    assert room.enter(DROP, "1").status == "WAITING"
+    assert room.status(DROP, "1", ticket).position == 1
     answer = api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "3"})
     assert answer.status_code == 409 and answer.json_body["code"] == "QUEUE_CLOSED"
 
@@ -243,19 +246,19 @@ def test_pre_queue_opens_in_a_fair_draw_ahead_of_everyone_after_opening(make_roo
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
     opens_at = time.time() + 3.0  # room for the entries below on a slow machine
     room.configure(DROP, TargetConfig(opens_at_ms=int(opens_at * 1000)))
-    early = {user: room.enter(DROP, user) for user in range(100, 130)}
+    early = {user: room.enter(DROP, str(user)) for user in range(100, 130)}
     assert {entry.status for entry in early.values()} == {"PRE_QUEUE"}
     body = early[100].to_body()
     assert body["opensAt"] == iso(int(opens_at * 1000) / 1000) and body["queueTicket"] and "position" not in body
-    assert room.enter(DROP, 100).queue_ticket is None  # re-entering keeps the pre-queue place, no new ticket
-    assert room.status(DROP, 101, early[101].queue_ticket).status == "PRE_QUEUE"
-    room.leave(DROP, 129, early[129].queue_ticket)  # a change of mind before opening
+    assert room.enter(DROP, "100").queue_ticket is None  # re-entering keeps the pre-queue place, no new ticket
+    assert room.status(DROP, "101", early[101].queue_ticket).status == "PRE_QUEUE"
+    room.leave(DROP, "129", early[129].queue_ticket)  # a change of mind before opening
 
     pump = Pump(room.store, room.settings)
     pump.run(ticks=1)
     assert room.stats(DROP)["preQueuedCount"] == 29  # nothing happens before the opening
     time.sleep(max(0, opens_at - time.time()) + 0.05)
-    late = [room.enter(DROP, user) for user in (1, 2, 3)]  # after opening, before the pump's draw
+    late = [room.enter(DROP, str(user)) for user in (1, 2, 3)]  # after opening, before the pump's draw
     assert {entry.status for entry in late} == {"WAITING"}
     pump.run(ticks=2)  # the first tick draws; admission starts on the next
 
@@ -275,15 +278,15 @@ def test_pre_queue_opens_in_a_fair_draw_ahead_of_everyone_after_opening(make_roo
     # ... and all of them ahead of everyone who entered after the opening.
     assert max(drawn.values()) < min(int(waiting[str(u)]) for u in (1, 2, 3))
     first_five = sorted(drawn, key=drawn.get)[:5]
-    assert {room.status(DROP, u, early[u].queue_ticket).status for u in first_five} == {"ADMITTED"}
+    assert {room.status(DROP, str(u), early[u].queue_ticket).status for u in first_five} == {"ADMITTED"}
 
 
 def test_pre_queue_counts_against_capacity(room):
     room.configure(DROP, TargetConfig(max_waiting=2, opens_at_ms=int(time.time() * 1000) + 60_000))
-    room.enter(DROP, 1)
-    room.enter(DROP, 2)
+    room.enter(DROP, "1")
+    room.enter(DROP, "2")
     with pytest.raises(Exception) as full:
-        room.enter(DROP, 3)
+        room.enter(DROP, "3")
     assert full.value.code == "QUEUE_FULL"
 
 
@@ -292,7 +295,7 @@ def test_a_draw_interrupted_midway_resumes_with_the_same_seed(room, client):
 
     room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + 300))
     for user in range(1, 11):
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     time.sleep(0.35)
     seed, done = room.store.begin_draw(DROP, "aa" * 32)  # a pump began the draw, then froze
     assert (seed, done) == ("aa" * 32, False)
@@ -311,12 +314,12 @@ def live_active(room):
 def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_expire(make_room):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=10, VQ_TOKEN_TTL_S=3)
     room.configure(DROP, TargetConfig(max_active=5))
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 41)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 41)}
     pump = Pump(room.store, room.settings)
 
     pump.run(ticks=3)
     assert room.stats(DROP)["admittedCount"] == 5 and live_active(room) == 5
-    tokens = [room.status(DROP, user, tickets[user]).entry_token for user in range(1, 6)]
+    tokens = [room.status(DROP, str(user), tickets[user]).entry_token for user in range(1, 6)]
     assert all(tokens)
     pump.run(ticks=2)
     assert room.stats(DROP)["admittedCount"] == 5  # collected but unused tokens still hold their room
@@ -328,7 +331,7 @@ def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_e
 
     time.sleep(3.1)  # every token issued so far has expired
     for user in (6, 7):
-        room.status(DROP, user, tickets[user])  # collect (fresh tokens, 3 s)
+        room.status(DROP, str(user), tickets[user])  # collect (fresh tokens, 3 s)
     pump.run(ticks=2)
     assert room.stats(DROP)["admittedCount"] == 10  # three expired tokens freed their room
     assert live_active(room) <= 5
@@ -337,7 +340,7 @@ def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_e
 def test_max_active_holds_under_concurrent_pumps(make_room):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=20)
     room.configure(DROP, TargetConfig(max_active=15))
-    tickets = {user: room.enter(DROP, user).queue_ticket for user in range(1, 201)}
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 201)}
     stop = threading.Event()
     seen = []
 
@@ -351,7 +354,7 @@ def test_max_active_holds_under_concurrent_pumps(make_room):
         while not stop.is_set():
             seen.append(live_active(room))
             for user, ticket in list(tickets.items())[:60]:
-                entry = room.status(DROP, user, ticket)
+                entry = room.status(DROP, str(user), ticket)
                 if entry.status == "ADMITTED" and random.random() < 0.5:
                     room.store.consume(entry.entry_token, "buy", int(time.time() * 1000))
             time.sleep(0.01)

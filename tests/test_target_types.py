@@ -42,9 +42,9 @@ def test_the_gate_reads_each_type_s_purchase_path_back_into_its_target():
 def test_tokens_and_tickets_carry_every_type():
     signer = TokenSigner(Keyring.from_json(json.dumps(TEST_KEYS), "k1"))
     for kind in TARGET_TYPES:
-        token = signer.mint_entry_token(Target(kind, 7), 5, 1_000, 300)
+        token = signer.mint_entry_token(Target(kind, 7), "5", 1_000, 300)
         assert signer.read_entry_token(token.text, 1_001).target == Target(kind, 7)
-        ticket = signer.issue_ticket(Target(kind, 7), 5, 3, 1_000_000)
+        ticket = signer.issue_ticket(Target(kind, 7), "5", 3, 1_000_000)
         assert signer.read_ticket(ticket.text).target == Target(kind, 7)
 
 

@@ -52,11 +52,11 @@ def gate(origin):
 
 def test_leaving_revokes_the_unused_token_and_frees_its_max_active_slot(room, gate, origin):
     room.configure(DROP, TargetConfig(max_active=1))
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, 1)
-    token = room.status(DROP, 1, ticket).entry_token
+    token = room.status(DROP, "1", ticket).entry_token
     assert room.stats(DROP)["activeCount"] == 1
-    room.leave(DROP, 1, ticket)
+    room.leave(DROP, "1", ticket)
     assert room.stats(DROP)["activeCount"] == 0
     with pytest.raises(QueueBypassDenied):
         gate.purchase(request_for(token))
@@ -66,13 +66,13 @@ def test_leaving_revokes_the_unused_token_and_frees_its_max_active_slot(room, ga
 def test_leave_and_enter_again_never_holds_two_live_tokens(room, gate, origin):
     tokens = []
     for round_ in range(3):
-        ticket = room.enter(DROP, 1).queue_ticket
+        ticket = room.enter(DROP, "1").queue_ticket
         admit_up_to(room, round_ + 1)  # the user's seq in this round
-        tokens.append(room.status(DROP, 1, ticket).entry_token)
-        room.leave(DROP, 1, ticket)
-    ticket = room.enter(DROP, 1).queue_ticket
+        tokens.append(room.status(DROP, "1", ticket).entry_token)
+        room.leave(DROP, "1", ticket)
+    ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, 4)
-    live = room.status(DROP, 1, ticket).entry_token
+    live = room.status(DROP, "1", ticket).entry_token
     for old in tokens:
         with pytest.raises(QueueBypassDenied):
             gate.purchase(request_for(old))
@@ -81,11 +81,11 @@ def test_leave_and_enter_again_never_holds_two_live_tokens(room, gate, origin):
 
 
 def test_leaving_after_buying_keeps_the_purchase(room, gate, origin):
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, 1)
-    token = room.status(DROP, 1, ticket).entry_token
+    token = room.status(DROP, "1", ticket).entry_token
     assert gate.purchase(request_for(token)).status == 201
-    room.leave(DROP, 1, ticket)
+    room.leave(DROP, "1", ticket)
     with pytest.raises(EntryTokenUsed):
         gate.purchase(request_for(token))
 
@@ -93,10 +93,10 @@ def test_leaving_after_buying_keeps_the_purchase(room, gate, origin):
 def test_a_revocation_lives_as_long_as_the_token_and_the_margin(room, client):
     from chalicelib.store import CLOCK_SKEW_MARGIN_MS
 
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, 1)
-    token = room.status(DROP, 1, ticket).entry_token
-    room.leave(DROP, 1, ticket)
+    token = room.status(DROP, "1", ticket).entry_token
+    room.leave(DROP, "1", ticket)
     revoked = room.store.keys(DROP).revoked
     assert client.zscore(revoked, token.token_id) == token.expires_at * 1000 + CLOCK_SKEW_MARGIN_MS
     assert abs(client.pexpiretime(revoked) - (token.expires_at * 1000 + CLOCK_SKEW_MARGIN_MS)) <= 1
@@ -106,9 +106,9 @@ def test_a_revocation_lives_as_long_as_the_token_and_the_margin(room, client):
 
 
 def test_an_earlier_entrys_ticket_is_refused_and_changes_nothing(room, client):
-    first = room.enter(DROP, 1).queue_ticket
-    room.leave(DROP, 1, first)
-    second = room.enter(DROP, 1).queue_ticket
+    first = room.enter(DROP, "1").queue_ticket
+    room.leave(DROP, "1", first)
+    second = room.enter(DROP, "1").queue_ticket
     for call in (room.status, room.leave):
         with pytest.raises(InvalidQueueTicket):
             call(DROP, 1, first)
@@ -116,27 +116,27 @@ def test_an_earlier_entrys_ticket_is_refused_and_changes_nothing(room, client):
     # Once the later entry is admitted, the earlier ticket still cannot collect its token.
     admit_up_to(room, 2)
     with pytest.raises(InvalidQueueTicket):
-        room.status(DROP, 1, first)
-    assert room.status(DROP, 1, second).status == "ADMITTED"
+        room.status(DROP, "1", first)
+    assert room.status(DROP, "1", second).status == "ADMITTED"
     with pytest.raises(InvalidQueueTicket):
-        room.status(DROP, 1, first)
+        room.status(DROP, "1", first)
     with pytest.raises(InvalidQueueTicket):
-        room.leave(DROP, 1, first)
+        room.leave(DROP, "1", first)
     assert client.exists(room.store.keys(DROP).token(1))
 
 
 def test_waits_count_from_the_entrys_own_time(make_room):
     clock = FakeClock(1_800_000_000.0)
     room = make_room(clock=clock)
-    first = room.enter(DROP, 1).queue_ticket
-    room.leave(DROP, 1, first)
+    first = room.enter(DROP, "1").queue_ticket
+    room.leave(DROP, "1", first)
     clock.now += 20
-    second = room.enter(DROP, 1).queue_ticket
+    second = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, 2)
     clock.now += 0.9
     with pytest.raises(InvalidQueueTicket):
-        room.status(DROP, 1, first)
-    assert room.status(DROP, 1, second).status == "ADMITTED"
+        room.status(DROP, "1", first)
+    assert room.status(DROP, "1", second).status == "ADMITTED"
     assert room.stats(DROP)["avgWaitSeconds"] == 0.9
 
 
@@ -164,7 +164,7 @@ def test_during_an_outage_a_token_buys_once_per_container_and_cannot_buy_after_r
 ):
     gate = gate_on_own_redis
     signer = runtime.signer()
-    token = signer.mint_entry_token(DROP, 7, time.time(), 300)
+    token = signer.mint_entry_token(DROP, "7", time.time(), 300)
     own_redis.pause()  # unreachable (its port stays this test's, which a restart could lose to another server)
     try:
         assert gate.purchase(request_for(token)).status == 201
@@ -181,7 +181,7 @@ def test_during_an_outage_a_token_buys_once_per_container_and_cannot_buy_after_r
 
     time.sleep(0.3)  # the breaker's cool-down
     # The next purchase in this container that reaches Redis writes the outage's purchases back.
-    other = signer.mint_entry_token(DROP, 8, time.time(), 300)
+    other = signer.mint_entry_token(DROP, "8", time.time(), 300)
     assert gate.purchase(request_for(other)).status == 201
     assert counted(capsys.readouterr().out, "PurchaseUnrecorded") == []
     with pytest.raises(EntryTokenUsed):
@@ -192,7 +192,7 @@ def test_during_an_outage_a_token_buys_once_per_container_and_cannot_buy_after_r
 
 
 def test_an_outage_purchase_the_shop_did_not_take_gives_the_token_back(gate_on_own_redis, own_redis, origin):
-    token = runtime.signer().mint_entry_token(DROP, 7, time.time(), 300)
+    token = runtime.signer().mint_entry_token(DROP, "7", time.time(), 300)
     own_redis.kill()  # killed and never restarted: connections are refused at once
     origin.answers = [(503, {}, {"not_taken": True})]
     assert gate_on_own_redis.purchase(request_for(token)).status == 503
@@ -207,7 +207,7 @@ def test_an_outage_purchase_the_shop_did_not_take_gives_the_token_back(gate_on_o
 def full_redis(env, origin, own_redis):
     """The environment on a Redis of its own that refuses every write (maxmemory reached, `noeviction`)."""
     env(REDIS_URL=own_redis.url, VQ_BREAKER_FAILURES=1)
-    runtime.waiting_room().enter(DROP, 1)
+    runtime.waiting_room().enter(DROP, "1")
     client = connect(own_redis.url)
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", 1)
@@ -218,7 +218,7 @@ def test_out_of_memory_never_lets_anyone_in_and_is_not_an_outage(full_redis, api
     entered = api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "2"})
     assert entered.status_code == 503 and entered.json_body["code"] == "QUEUE_UNAVAILABLE"
     assert int(entered.headers["Retry-After"]) >= 1
-    token = runtime.signer().mint_entry_token(DROP, 7, time.time(), 300)
+    token = runtime.signer().mint_entry_token(DROP, "7", time.time(), 300)
     bought = api.http.post(
         "/limited-drops/42/orders",
         body=b"{}",

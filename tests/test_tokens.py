@@ -31,27 +31,27 @@ def unb64(text: str) -> bytes:
 
 @pytest.fixture
 def token():
-    return signer().mint_entry_token(DROP, 7, NOW, ttl_s=300)
+    return signer().mint_entry_token(DROP, "7", NOW, ttl_s=300)
 
 
 def test_minted_token_reads_back_with_its_claims(token):
     read = signer().read_entry_token(token.text, NOW + 299)
     assert read == token
-    assert read.grants(DROP, 7)
-    assert not read.grants(Target("limited-drop", 43), 7)
-    assert not read.grants(Target("ticketing-event", 42), 7)
-    assert not read.grants(DROP, 8)
+    assert read.grants(DROP, "7")
+    assert not read.grants(Target("limited-drop", 43), "7")
+    assert not read.grants(Target("ticketing-event", 42), "7")
+    assert not read.grants(DROP, "8")
 
 
 def test_a_held_grant_seals_the_same_token_again(token):
     grant = EntryGrant.parse(EntryGrant(token.expires_at, token.token_id).text)
-    assert signer().seal_entry_token(DROP, 7, grant) == token
+    assert signer().seal_entry_token(DROP, "7", grant) == token
     assert EntryGrant.parse(token.text) is None and EntryGrant.parse(None) is None
     assert EntryGrant.parse(f"0{grant.text}") is None and EntryGrant.parse(f"{grant.text}\n") is None
 
 
 def test_token_ids_are_unique(token):
-    ids = {signer().mint_entry_token(DROP, 7, NOW, 300).token_id for _ in range(1000)}
+    ids = {signer().mint_entry_token(DROP, "7", NOW, 300).token_id for _ in range(1000)}
     assert len(ids) == 1000
 
 
@@ -91,7 +91,7 @@ def test_claims_changed_and_signed_with_another_key_are_refused(token, edit):
 
 
 def test_payload_swapped_onto_a_genuine_signature_is_refused(token):
-    other = signer().mint_entry_token(Target("limited-drop", 43), 7, NOW, 300)
+    other = signer().mint_entry_token(Target("limited-drop", 43), "7", NOW, 300)
     spliced = other.text.split(".")[0] + "." + token.text.split(".")[1]
     assert signer().read_entry_token(spliced, NOW) is None
 
@@ -103,7 +103,7 @@ def test_unknown_key_id_is_refused(token):
 def test_token_of_a_non_active_listed_key_verifies(token):
     rotated = signer(active="k2", k1=SECRET_A, k2=SECRET_B)
     assert rotated.read_entry_token(token.text, NOW) == token
-    assert rotated.mint_entry_token(DROP, 7, NOW, 300).text != token.text
+    assert rotated.mint_entry_token(DROP, "7", NOW, 300).text != token.text
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_junk_is_refused_without_an_exception(junk):
 
 
 def test_ticket_round_trip_and_separation_from_tokens(token):
-    ticket = signer().issue_ticket(DROP, 7, seq=12, entered_at_ms=1_800_000_000_123)
+    ticket = signer().issue_ticket(DROP, "7", seq=12, entered_at_ms=1_800_000_000_123)
     assert signer().read_ticket(ticket.text) == ticket
     # A ticket is never an entry token, nor the other way round.
     assert signer().read_entry_token(ticket.text, NOW) is None

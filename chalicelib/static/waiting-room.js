@@ -13,7 +13,12 @@
   const CALL_TIMEOUT_MS = 8000;  // a hung API: give up on the call and try again
   const SLOW_MS = 3000;  // a call still unanswered after this shows "reconnecting" while it waits
 
-  const userId = chooseUser();
+  // How the shopper is named (docs/identity.md: the page): a verified JWT the shop hands over, or, in header mode
+  // (the demo, or behind the shop's own gateway), X-User-Id.
+  const jwtMode = config.identity.mode === "jwt";
+  const handed = jwtMode ? takeToken() : { token: null, now: false };
+  let bearer = handed.token;
+  const userId = jwtMode ? String((claims(bearer) || {})[config.identity.userClaim] || "signed-in") : chooseUser();
   const key = (what) => `vq-${what}:${config.queueType}:${config.targetId}:${userId}`;
   let pollTimer = null;  // the one pending poll or retry
   let entryToken = null;
@@ -36,12 +41,66 @@
     drop(what) { try { localStorage.removeItem(key(what)); } catch (err) { /* see above */ } },
   };
 
+  // The shop hands the JWT in the fragment (#token=...), which no request carries: kept for this tab only
+  // (sessionStorage) and taken out of the address bar, so it is neither bookmarked nor shared with the link.
+  // `now`: handed over by this very load (straight from the login).
+  function takeToken() {
+    const fragment = new URLSearchParams(location.hash.slice(1));
+    const token = fragment.get("token");
+    if (token) {
+      fragment.delete("token");
+      const rest = fragment.toString();
+      history.replaceState(history.state, "", location.pathname + location.search + (rest ? "#" + rest : ""));
+      try { sessionStorage.setItem("vq-jwt", token); } catch (err) { /* kept in memory only */ }
+      return { token, now: true };
+    }
+    try { return { token: sessionStorage.getItem("vq-jwt"), now: false }; } catch (err) { return { token: null, now: false }; }
+  }
+
+  // The JWT's claims, read (not verified: the server does that) for its expiry and the user it names.
+  function claims(token) {
+    try {
+      const part = atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"));
+      return JSON.parse(new TextDecoder().decode(Uint8Array.from(part, (c) => c.charCodeAt(0))));
+    } catch (err) {
+      return null;
+    }
+  }
+
+  function identityHeaders() {
+    return jwtMode ? { Authorization: `Bearer ${bearer}` } : { "X-User-Id": userId };
+  }
+
+  // No JWT, an expired one, or one the queue refused: ask the shop for a new one through its login page
+  // (VQ_LOGIN_URL, `{return}` in it replaced by this page's address), once; a JWT that was refused straight
+  // after a login leaves the shopper a button instead, so a misconfigured login cannot bounce them for ever.
+  function signIn() {
+    bearer = null;
+    try { sessionStorage.removeItem("vq-jwt"); } catch (err) { /* nothing kept */ }
+    clearTimeout(pollTimer);
+    const login = config.identity.loginUrl;
+    const target = login ? login.replace("{return}", encodeURIComponent(location.href)) : null;
+    if (target && !handed.now) {
+      location.assign(target);
+      return;
+    }
+    const button = $("signin");
+    button.hidden = !target;
+    if (target) button.onclick = () => location.assign(target);
+    show("signin");
+  }
+
+  function expiredBearer() {
+    const exp = Number((claims(bearer) || {}).exp);
+    return !bearer || (Number.isFinite(exp) && exp * 1000 <= serverNow());
+  }
+
   function chooseUser() {
-    // The demo's stand-in for the shop's login: ?user=42, else a random id kept per browser.
+    // Header mode's stand-in for the shop's login: ?user=42, else a random id kept per browser.
     let id = null;
     try {
       const asked = new URLSearchParams(location.search).get("user");
-      if (asked && /^[1-9][0-9]{0,17}$/.test(asked)) localStorage.setItem("vq-user-id", asked);
+      if (asked && /^[\x21-\x7e]{1,128}$/.test(asked)) localStorage.setItem("vq-user-id", asked);
       else if (!localStorage.getItem("vq-user-id")) localStorage.setItem("vq-user-id", String(1 + Math.floor(Math.random() * 1e12)));
       id = localStorage.getItem("vq-user-id");
     } catch (err) { /* no storage */ }
@@ -121,9 +180,10 @@
   // --- entering and polling ---
 
   async function enter() {
+    if (jwtMode && expiredBearer()) return signIn();
     let answer;
     try {
-      answer = await call("POST", entriesUrl, { "X-User-Id": userId });
+      answer = await call("POST", entriesUrl, identityHeaders());
     } catch (err) {
       return retry(enter);
     }
@@ -141,9 +201,10 @@
   async function poll() {
     const ticket = saved.get("ticket");
     if (!ticket) return enter();
+    if (jwtMode && expiredBearer()) return signIn();
     let answer;
     try {
-      answer = await call("GET", statusUrl, { "X-User-Id": userId, "X-Queue-Ticket": ticket });
+      answer = await call("GET", statusUrl, { ...identityHeaders(), "X-Queue-Ticket": ticket });
     } catch (err) {
       return retry(poll);
     }
@@ -163,6 +224,8 @@
   // A refusal by the queue (4xx with a code) on enter or poll.
   function refused(answer, next) {
     switch (answer.code) {
+      case "UNAUTHENTICATED": return signIn();
+      case "NOT_INVITED": forgetPlace(); return show("notinvited");
       case "QUEUE_CLOSED": forgetPlace(); return show("closed");
       case "SOLD_OUT": forgetPlace(); return show("soldout");
       case "UNKNOWN_TARGET":
@@ -322,7 +385,7 @@
     let answer;
     try {
       answer = await call("POST", purchaseUrl, {
-        "X-Entry-Token": entryToken, "X-User-Id": userId, "Content-Type": "application/json",
+        ...identityHeaders(), "X-Entry-Token": entryToken, "Content-Type": "application/json",
       }, JSON.stringify({ quantity: 1 }));
     } catch (err) {
       answer = null;
@@ -339,6 +402,7 @@
       return;
     }
     switch (answer.code) {
+      case "UNAUTHENTICATED": return signIn();
       case "SOLD_OUT": forgetPlace(); return show("soldout");
       case "ALREADY_ORDERED": return bought({ already: true });
       case "ENTRY_TOKEN_USED": return saved.get("order") ? showBought(saved.get("order")) : show("used");

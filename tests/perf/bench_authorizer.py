@@ -112,7 +112,7 @@ def keyed_mac(mac: hmac.HMAC, payload: bytes) -> bytes:
 
 def main() -> None:
     now = time.time()
-    token = runtime.signer().mint_entry_token(TARGET, 7, now, 300).text
+    token = runtime.signer().mint_entry_token(TARGET, "7", now, 300).text
     payload_text = token.split(".")[0]
     payload = base64.urlsafe_b64decode(payload_text + "=" * (-len(payload_text) % 4))
     key = SECRET.encode()

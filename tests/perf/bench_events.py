@@ -66,7 +66,7 @@ def fill(store: QueueStore, users: int, start: int = 1) -> None:
     now = int(time.time() * 1000)
     grant = EntryGrant(int(time.time()) + 300, "t")
     for user in range(start, start + users):
-        store.enter(DROP, user, now, grant, DEFAULTS)
+        store.enter(DROP, str(user), now, grant, DEFAULTS)
 
 
 def admit_all(store: QueueStore, batch: int) -> None:
@@ -140,7 +140,7 @@ def client_round(url: str, mode: str, calls: int, results: dict[str, dict[str, l
     expires = int(time.time()) + 300
     tokens = [EntryToken("x", DROP, user, expires, f"tok{user}") for user in range(1, calls + 1)]
     calls_of = {"leave": calls // 2, "purchase noted": calls, "token restored": calls, "tick admitting 100": 5}
-    measure("leave", lambda: [store.leave(DROP, u, u, now, 600_000) for u in range(1, calls // 2 + 1)])
+    measure("leave", lambda: [store.leave(DROP, str(u), u, now, 600_000) for u in range(1, calls // 2 + 1)])
     for t in tokens:
         store.consume(t, f"c{t.user_id}", now)
     measure(
@@ -204,7 +204,7 @@ def delays(url: str, seconds: float = 12) -> dict:
     def leaving():
         user = 5_000
         while not stop.is_set():
-            store.leave(DROP, user, user, int(time.time() * 1000), 600_000)
+            store.leave(DROP, str(user), user, int(time.time() * 1000), 600_000)
             user -= 1
             time.sleep(0.01)
 

@@ -86,7 +86,7 @@ def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
         settings.queue_idle_ttl_s * 1000,
         open_on_first_use=True,
     )
-    store.enter(target, 1, now, grant, defaults)
+    store.enter(target, "1", now, grant, defaults)
     k = store.keys(target)
     for start in range(2, users + 1, 10_000):
         chunk = range(start, min(start + 10_000, users + 1))
@@ -182,7 +182,7 @@ def abandonment(url: str, users: int = 20_000, ticks: int = 20) -> dict:
     leavers = random.Random(7).sample(range(1, users + 1), int(users * 0.3))
     for target in (TARGET, NAIVE):
         for user in leavers:
-            store.leave(target, user, user, 0, 60_000)  # seq = user id (load_line)
+            store.leave(target, str(user), user, 0, 60_000)  # seq = user id (load_line)
     naive = client.register_script(NAIVE_ADMIT)
     rules = Pump(store, settings).rules
     dk, nk = store.keys(TARGET), store.keys(NAIVE)

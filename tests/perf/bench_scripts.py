@@ -183,32 +183,32 @@ class Bench:
             found[name] = sends[0]
 
         def enter(user):
-            tickets[user] = room.enter(drop, user).queue_ticket
+            tickets[user] = room.enter(drop, str(user)).queue_ticket
 
         measure("enter: first entry of a target (registers it)", lambda: enter(1))
         measure("enter: new user", lambda: enter(2))
         for user in (3, 4, 5, 6):
             enter(user)
-        measure("enter: already in line", lambda: room.enter(drop, 2))
-        room.status(drop, 1, tickets[1])
-        measure("status: waiting", lambda: room.status(drop, 2, tickets[2]))
+        measure("enter: already in line", lambda: room.enter(drop, "2"))
+        room.status(drop, "1", tickets[1])
+        measure("status: waiting", lambda: room.status(drop, "2", tickets[2]))
         pump = Pump(self.store, self.settings)
         pump.tick()  # admits all six (batch 100)
-        room.status(drop, 1, tickets[1])
-        measure("status: admitted by this call", lambda: room.status(drop, 2, tickets[2]))
-        measure("status: holding its token", lambda: room.status(drop, 2, tickets[2]))
-        tokens = {user: room.status(drop, user, tickets[user]).entry_token for user in (1, 2, 3, 4)}
+        room.status(drop, "1", tickets[1])
+        measure("status: admitted by this call", lambda: room.status(drop, "2", tickets[2]))
+        measure("status: holding its token", lambda: room.status(drop, "2", tickets[2]))
+        tokens = {user: room.status(drop, str(user), tickets[user]).entry_token for user in (1, 2, 3, 4)}
         self.buy(tokens[1], 503)  # loads consume and restore
         self.buy(tokens[1])
         measure("purchase: consume, note the outcome", lambda: self.buy(tokens[2]))
         measure("purchase not taken downstream: consume, restore, note the outcome", lambda: self.buy(tokens[3], 409))
-        room.leave(drop, 5, tickets[5])
-        measure("leave", lambda: room.leave(drop, 6, tickets[6]))
-        room.enter(drop, 7)  # someone still in line, or the pump forgets the target
+        room.leave(drop, "5", tickets[5])
+        measure("leave", lambda: room.leave(drop, "6", tickets[6]))
+        room.enter(drop, "7")  # someone still in line, or the pump forgets the target
         pump.tick()
         measure("pump tick, 1 target", pump.tick)
         for target_id in range(2, 11):
-            room.enter(Target("limited-drop", target_id), 1)
+            room.enter(Target("limited-drop", target_id), "1")
         pump.tick()
         measure("pump tick, 10 targets", pump.tick)
         pump._release()
@@ -219,7 +219,7 @@ class Bench:
         drop = Target("limited-drop", 99)
         k = self.store.keys(drop)
         self.client.zadd(k.waiting, {"1": 1, "2": 2})
-        token = self.signer.mint_entry_token(drop, 2, time.time(), 300).text
+        token = self.signer.mint_entry_token(drop, "2", time.time(), 300).text
 
         def naive_status(user: str) -> None:
             self.client.zadd(k.heartbeat, {user: int(time.time() * 1000)})
@@ -289,8 +289,8 @@ class Bench:
     def memory_per_user(self) -> dict:
         """Bytes per waiting user with USERS in one target's line (MEMORY USAGE of its sorted sets)."""
         target = Target("ticketing-event", 77)
-        self.room.enter(target, SENTINEL - 1)
-        self.populate(self.recorded_call(lambda: self.room.enter(target, SENTINEL)), USERS)
+        self.room.enter(target, str(SENTINEL - 1))
+        self.populate(self.recorded_call(lambda: self.room.enter(target, str(SENTINEL))), USERS)
         k = self.store.keys(target)
         usage = {
             name: int(self.client.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0"))
@@ -398,20 +398,20 @@ class Bench:
         room = self.room
         calls = {}
         for name in ("enter", "status"):
-            room.enter(targets[name], SENTINEL - 1)  # a registered target: an entry's common path
-        calls["enter"] = self.recorded_call(lambda: room.enter(targets["enter"], SENTINEL))  # a newcomer
-        self.populate(self.recorded_call(lambda: room.enter(targets["status"], SENTINEL)), USERS)
+            room.enter(targets[name], str(SENTINEL - 1))  # a registered target: an entry's common path
+        calls["enter"] = self.recorded_call(lambda: room.enter(targets["enter"], str(SENTINEL)))  # a newcomer
+        self.populate(self.recorded_call(lambda: room.enter(targets["status"], str(SENTINEL))), USERS)
         # As during an opening burst, the pump has ticked: the line moves and its rate is measured.
         with contextlib.redirect_stdout(io.StringIO()):
             Pump(self.store, self.settings).run(ticks=1)
         # A poll and a departure, each with the ticket of its own entry, behind the users the tick admitted.
-        polling = room.enter(targets["status"], SENTINEL + 1).queue_ticket
+        polling = room.enter(targets["status"], str(SENTINEL + 1)).queue_ticket
         calls["status"] = self.recorded_call(
-            lambda: room.status(targets["status"], SENTINEL + 1, polling), {str(SENTINEL + 1): RAND}
+            lambda: room.status(targets["status"], str(SENTINEL + 1), polling), {str(SENTINEL + 1): RAND}
         )
-        leaving = room.enter(targets["leave"], SENTINEL).queue_ticket
-        calls["leave"] = self.recorded_call(lambda: room.leave(targets["leave"], SENTINEL, leaving))
-        token = self.signer.mint_entry_token(targets["enter"], SENTINEL, time.time(), 3600)
+        leaving = room.enter(targets["leave"], str(SENTINEL)).queue_ticket
+        calls["leave"] = self.recorded_call(lambda: room.leave(targets["leave"], str(SENTINEL), leaving))
+        token = self.signer.mint_entry_token(targets["enter"], str(SENTINEL), time.time(), 3600)
         calls["consume"] = self.recorded_call(lambda: self.buy(token), {token.token_id: RAND})
         for sha in {call[1] for call in calls.values()}:
             assert self.client.script_exists(sha)[0], "every recorded script is loaded"

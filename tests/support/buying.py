@@ -13,7 +13,7 @@ DROP = Target("limited-drop", 42)
 
 def mint(signer, target=DROP, user=7, now=None, ttl_s=300):
     """An entry token for `user` of `target`, as the waiting room would hand it out."""
-    return signer.mint_entry_token(target, user, time.time() if now is None else now, ttl_s)
+    return signer.mint_entry_token(target, str(user), time.time() if now is None else now, ttl_s)
 
 
 def request_for(token, target=DROP, user="7", authorizer=None):
