@@ -119,13 +119,46 @@ def test_no_placeholder_is_left_in_the_template(deployment):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["ACCESS_DENIED", "UNAUTHORIZED"])
-def test_a_denied_or_headerless_purchase_answers_403_queue_bypass_denied(openapi, kind):
+@pytest.mark.parametrize(
+    "kind, status, code, headers",
+    [
+        ("ACCESS_DENIED", 403, "QUEUE_BYPASS_DENIED", {}),
+        ("UNAUTHORIZED", 401, "UNAUTHENTICATED", {"WWW-Authenticate": "'Bearer realm=\"virtual-queue\"'"}),
+        ("AUTHORIZER_FAILURE", 503, "QUEUE_UNAVAILABLE", {"Retry-After": "'2'"}),
+    ],
+)
+def test_the_authorizer_s_answers_are_the_contract_s(openapi, kind, status, code, headers):
+    """A Deny is 403; the authorizer's "Unauthorized" (jwt mode: no valid JWT) 401 with its challenge; its failure
+    (the provider's keys cannot be had) 503 with Retry-After."""
     response = openapi["x-amazon-apigateway-gateway-responses"][kind]
-    assert response["statusCode"] == 403
+    assert response["statusCode"] == status
     # API Gateway fills in $context.error.messageString as a quoted JSON string.
     body = response["responseTemplates"]["application/json"].replace("$context.error.messageString", '"Unauthorized"')
-    assert json.loads(body) == {"code": "QUEUE_BYPASS_DENIED", "detail": "Unauthorized"}
+    assert json.loads(body)["code"] == code
+    assert response.get("responseParameters", {}) == {f"gatewayresponse.header.{k}": v for k, v in headers.items()}
+
+
+@pytest.mark.slow
+def test_the_deployed_default_is_jwt_with_the_provider_s_settings(template, resources):
+    assert template["Parameters"]["IdentityMode"]["Default"] == "jwt"
+    for function in ("APIHandler", "PurchaseAuthorizer"):
+        env = env_of(resources, function)
+        assert env["VQ_IDENTITY"] == {"Ref": "IdentityMode"}
+        for variable, parameter in (
+            ("VQ_JWT_ISSUER", "JwtIssuer"),
+            ("VQ_JWT_AUDIENCE", "JwtAudience"),
+            ("VQ_JWKS_URL", "JwksUrl"),
+            ("VQ_JWT_USER_CLAIM", "JwtUserClaim"),
+        ):
+            assert env[variable] == {"Ref": parameter}
+    assert env_of(resources, "APIHandler")["VQ_LOGIN_URL"] == {"Ref": "LoginUrl"}
+    # jwt without its provider is refused before anything is created.
+    assertions = template["Rules"]["JwtIdentityNeedsItsProvider"]["Assertions"]
+    assert {a["Assert"]["Fn::Not"][0]["Fn::Equals"][0]["Ref"] for a in assertions} == {
+        "JwtIssuer",
+        "JwtAudience",
+        "JwksUrl",
+    }
 
 
 @pytest.mark.slow

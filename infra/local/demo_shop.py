@@ -3,7 +3,9 @@
 It serves the purchase paths the gate forwards to. Each drop or event (one path, e.g.
 `/limited-drops/1/orders`) has a limited stock, and a user orders at most once per drop or event:
 `POST` answers 201 `{"orderId", ...}`, or 409 `{"code": "SOLD_OUT" | "ALREADY_ORDERED"}`, or 400 without
-a valid `X-User-Id` (the gate sets it). `GET /orders` lists the orders, the stock left, and each purchase
+a valid `X-User-Id` (the gate sets it: the verified user). With `login` (`VQ_IDENTITY=jwt make run`), it is also
+the shop's sign-in: `GET /login?return=URL` asks for a user name and sends the browser back to URL with a JWT
+in the fragment (infra/local/dev_login.py). `GET /orders` lists the orders, the stock left, and each purchase
 request's arrival time, user and idempotency key (what the simulator measures the shop's load and double
 purchases by).
 
@@ -23,6 +25,7 @@ interpreter lock) would be slowed by the crowd, not by its orders.
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import re
 import signal
@@ -30,7 +33,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from contextlib import nullcontext
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,7 +46,7 @@ from chalicelib.origin import SOLD_OUT_HEADER  # noqa: E402
 from chalicelib.targets import TARGET_TYPES  # noqa: E402
 
 POSITIVE_ID = r"[1-9][0-9]{0,17}"
-USER_ID = re.compile(POSITIVE_ID)
+USER_ID = re.compile(r"[\x21-\x7e]{1,128}")  # as the waiting room's (chalicelib/targets.py)
 # Every target type's purchase path, as a real downstream would serve it.
 ITEM_PATH = re.compile(
     "|".join(
@@ -61,19 +66,21 @@ class DemoShop:
         says_sold_out: bool = True,
         capacity_per_s: float | None = None,
         workers: int = 4,
+        login: Callable[[str], str] | None = None,
     ) -> None:
         self.stock = stock
+        self.login = login  # signs a JWT for a user name (dev_login.py), or None: no sign-in here
         self.says_sold_out = says_sold_out
         self.capacity_per_s = capacity_per_s
         self._handlers = threading.BoundedSemaphore(workers) if capacity_per_s else None
         self._service_s = workers / capacity_per_s if capacity_per_s else 0.0
         self._lock = threading.Lock()
         self._orders: list[dict] = []
-        self._buyers: set[tuple[str, int]] = set()
+        self._buyers: set[tuple[str, str]] = set()
         self._sold: dict[str, int] = {}
         self._refused: dict[str, int] = {"SOLD_OUT": 0, "ALREADY_ORDERED": 0}
         self._requests: list[dict] = []
-        self._outcomes: dict[str, tuple[str, int, int, dict]] = {}  # Idempotency-Key -> item, user, status, body
+        self._outcomes: dict[str, tuple[str, str, int, dict]] = {}  # Idempotency-Key -> item, user, status, body
         self.replayed = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.server.daemon_threads = True
@@ -88,7 +95,7 @@ class DemoShop:
         self.server.shutdown()
         self.server.server_close()
 
-    def order(self, item: str, user_id: int, key: str | None = None) -> tuple[int, dict]:
+    def order(self, item: str, user_id: str, key: str | None = None) -> tuple[int, dict]:
         """Take one unit of `item` for `user_id`: (201, the order) or (409, why not); under an idempotency `key`,
         the first outcome again (or 422 if the key was used for another item or user). With a capacity, first
         wait for a free handler and take its time."""
@@ -102,7 +109,7 @@ class DemoShop:
         with self._lock:
             return self._sold.get(item, 0) >= self.stock
 
-    def _order(self, item: str, user_id: int, key: str | None, arrived: float) -> tuple[int, dict]:
+    def _order(self, item: str, user_id: str, key: str | None, arrived: float) -> tuple[int, dict]:
         with self._lock:
             self._requests.append({"at": arrived, "userId": user_id, "key": key, "done": time.time()})
             if key is not None and key in self._outcomes:
@@ -116,7 +123,7 @@ class DemoShop:
                 self._outcomes[key] = (item, user_id, status, body)
             return status, body
 
-    def _take(self, item: str, user_id: int) -> tuple[int, dict]:
+    def _take(self, item: str, user_id: str) -> tuple[int, dict]:
         """One unit of `item` for `user_id`, under the lock."""
         if (item, user_id) in self._buyers:
             return self._refuse("ALREADY_ORDERED", "this user has already ordered this item")
@@ -152,6 +159,15 @@ class DemoShop:
         return 409, {"code": code, "detail": detail}
 
 
+SIGN_IN = """<!doctype html><html lang="en"><meta charset="utf-8"><title>Sign in: demo shop</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<form method="get" action="/login" style="font: 1rem system-ui; max-width: 24rem; margin: 3rem auto">
+<h1>Demo shop: sign in</h1><p>Any user name will do: the demo checks no password.</p>
+<label>User name <input name="user" id="user" required pattern="[!-~]{1,128}" autocomplete="username"></label>
+<input type="hidden" name="return" value="__RETURN__"> <button type="submit">Sign in</button></form></html>
+"""
+
+
 def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -160,17 +176,42 @@ def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
             if not ITEM_PATH.fullmatch(self.path):
                 self._answer(404, {"code": "NOT_FOUND", "detail": "no such item"})
             elif not USER_ID.fullmatch(user):
-                self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "X-User-Id must be a positive integer"})
+                self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "X-User-Id must be a user id"})
             else:
-                status, body = shop.order(self.path, int(user), self.headers.get("Idempotency-Key"))
+                status, body = shop.order(self.path, user, self.headers.get("Idempotency-Key"))
                 sold_out = shop.says_sold_out and shop.sold_out(self.path)
                 self._answer(status, body, {SOLD_OUT_HEADER: "true"} if sold_out else {})
 
         def do_GET(self) -> None:
-            if self.path.split("?")[0] == "/orders":
+            path, _, query = self.path.partition("?")
+            if path == "/orders":
                 self._answer(200, shop.summary())
+            elif path == "/login" and shop.login is not None:
+                self._sign_in(urllib.parse.parse_qs(query))
+            elif path == "/favicon.ico":
+                self.send_response(204)  # the sign-in page's browser asks: nothing to show, nothing to log
+                self.end_headers()
             else:
                 self._answer(404, {"code": "NOT_FOUND", "detail": "try GET /orders"})
+
+        def _sign_in(self, query: dict[str, list[str]]) -> None:
+            """The sign-in form; once a user name is given, back to the waiting room with a JWT in the fragment.
+            Only back to this machine: the demo must not be an open redirect."""
+            back, user = query.get("return", [""])[0], query.get("user", [""])[0]
+            if not re.fullmatch(r"http://(127\.0\.0\.1|localhost)(:[0-9]+)?/[^#\s]*", back):
+                self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "return must be a page on this machine"})
+            elif USER_ID.fullmatch(user) and shop.login is not None:
+                self.send_response(303)
+                self.send_header("Location", f"{back}#token={shop.login(user)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                page = SIGN_IN.replace("__RETURN__", html.escape(back, quote=True)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
 
         def _answer(self, status: int, body: dict, headers: dict | None = None) -> None:
             payload = json.dumps(body).encode()

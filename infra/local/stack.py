@@ -8,7 +8,9 @@ that ignores SIGINT). If the API or the embedded Valkey dies, it says which and 
 `LocalStack` does the same for the browser test and the simulator.
 
 Options: `--port` (the API's; default VQ_LOCAL_PORT or 8000), `--shop-port` (default: the API's + 1),
-`--stock` (units per drop or event in the demo shop), `--workers` (the API's processes).
+`--stock` (units per drop or event in the demo shop), `--workers` (the API's processes). `VQ_IDENTITY=jwt`
+without keys of its own (VQ_JWKS, VQ_JWKS_URL) runs the shoppers' routes in jwt mode against a throwaway identity
+provider whose sign-in the demo shop serves (infra/local/dev_login.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import QueueStore  # noqa: E402
 from infra.local.demo_shop import DemoShop, ShopProcess  # noqa: E402
+from infra.local.dev_login import DevLogin  # noqa: E402
 
 DEFAULT_STOCK = 100
 
@@ -77,6 +80,11 @@ class LocalStack:
         self.shop_options = dict(shop_options or {})
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.valkey = None
+        # jwt mode with no keys given: the local identity provider (its sign-in at the demo shop's /login).
+        wants_login = self.env.get("VQ_IDENTITY") == "jwt" and not (
+            self.env.get("VQ_JWKS") or self.env.get("VQ_JWKS_URL")
+        )
+        self.login = DevLogin() if wants_login else None
         self.shop: DemoShop | ShopProcess | None = None
         self.pump: Pump | None = None
         self.api: subprocess.Popen | None = None
@@ -114,8 +122,11 @@ class LocalStack:
         if self.shop_options.pop("own_process", False):
             self.shop = ShopProcess(self.stock, self.shop_port or free_port(), **self.shop_options).start()
         else:
-            self.shop = DemoShop(self.stock, self.shop_port, **self.shop_options).start()
+            login = self.login.token if self.login else None
+            self.shop = DemoShop(self.stock, self.shop_port, login=login, **self.shop_options).start()
         env["VQ_ORIGIN_LIMITED_DROP_URL"] = env["VQ_ORIGIN_TICKETING_URL"] = self.shop.url
+        if self.login is not None:
+            env.update(self.login.env(login_url=self.shop.url + "/login?return={return}"))
         try:
             self.settings = load_settings(env)
         except ConfigError as err:
@@ -178,9 +189,12 @@ class LocalStack:
         """Where to look, for a person at the terminal."""
         s = self.settings
         page = f"{self.api_url}/waiting-room/limited-drop/1"
+        who = "(?user=42 picks the user; each browser keeps its own)"
+        if s.jwt is not None:
+            who = "(jwt mode: the demo shop's sign-in hands the page a JWT)"
         return (
             "\nvirtual-queue is running:\n"
-            f"  Waiting room  {page}   (?user=42 picks the user; each browser keeps its own)\n"
+            f"  Waiting room  {page}   {who}\n"
             f"  Console       {self.api_url}/console?watch=limited-drop/1   "
             "(operators: live charts, pause, rate, sold out)\n"
             f"  API           {self.api_url}   e.g. curl -X POST -H 'X-User-Id: 1' "

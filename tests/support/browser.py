@@ -14,6 +14,7 @@ and docs/pages.md.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -160,7 +161,20 @@ def browser():
 @pytest.fixture(scope="module")
 def stack(redis_url, tmp_path_factory):
     """The local stack for one module, under a key prefix of its own, without its pump loop (tests tick)."""
-    folder = tmp_path_factory.mktemp("stack")
+    with running_stack(redis_url, tmp_path_factory.mktemp("stack")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def jwt_stack(redis_url, tmp_path_factory):
+    """The same in jwt mode: shoppers sign in at the demo shop, whose throwaway provider signs their JWTs
+    (infra/local/dev_login.py; `jwt_stack.local.login` signs more)."""
+    with running_stack(redis_url, tmp_path_factory.mktemp("stack"), VQ_IDENTITY="jwt") as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_stack(redis_url, folder, **more_env):
     flags = folder / "flags.json"
     flags.write_text(
         json.dumps(
@@ -193,6 +207,7 @@ def stack(redis_url, tmp_path_factory):
         "VQ_BATCH_SIZE": "1",
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "WARNING",
+        **more_env,
     }
     api_log = folder / "api.log"
     client = connect(redis_url)
