@@ -124,7 +124,10 @@ def test_the_purchase_routes_declare_the_entry_token_as_their_security_scheme():
     scheme = document["components"]["securitySchemes"]["entryToken"]
     assert (scheme["type"], scheme["in"], scheme["name"]) == ("apiKey", "header", "X-Entry-Token")
     for path in ("/limited-drops/{drop_id}/orders", "/events/{event_id}/seats/select"):
-        assert document["paths"][path]["post"]["security"] == [{"entryToken": []}]
+        # Header mode: the token alone (X-User-Id names the caller); jwt mode: the token and the bearer JWT.
+        assert document["paths"][path]["post"]["security"] == [{"entryToken": []}, {"entryToken": [], "shopperJwt": []}]
+    jwt = document["components"]["securitySchemes"]["shopperJwt"]
+    assert (jwt["type"], jwt["scheme"], jwt["bearerFormat"]) == ("http", "bearer", "JWT")
 
 
 def test_the_linter_finds_what_it_looks_for():
