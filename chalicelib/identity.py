@@ -169,7 +169,7 @@ class JwtIdentity:
         s = self.settings
         try:
             kid = jwt.get_unverified_header(token).get("kid")
-        except jwt.InvalidTokenError:
+        except (jwt.InvalidTokenError, ValueError, TypeError):
             raise self._refused("the bearer token is not a JWT") from None
         key = self._key(kid if isinstance(kid, str) else None)
         try:
@@ -184,7 +184,7 @@ class JwtIdentity:
             )
         except jwt.ExpiredSignatureError:
             raise self._refused("the JWT has expired") from None
-        except jwt.InvalidTokenError as err:
+        except (jwt.InvalidTokenError, ValueError, TypeError) as err:  # whatever the token holds: never a 500
             raise self._refused(f"the JWT is not valid here: {type(err).__name__}") from None
         user = claims.get(s.user_claim)
         if isinstance(user, int) and not isinstance(user, bool):

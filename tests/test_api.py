@@ -318,3 +318,26 @@ def test_functions_that_sign_nothing_start_without_keys_and_cannot_sign():
     )
     assert result.returncode == 0, result.stderr
     assert "without signing keys" in result.stdout
+
+
+def test_a_user_id_with_braces_and_bars_keeps_to_its_target_s_slot_through_the_whole_journey(api, origin):
+    """Also on the 3-node cluster (make test's reliability step), where a key of another slot fails the script with
+    CROSSSLOT: the user's keys follow the target's hash tag, whatever braces the id holds."""
+    from redis.crc import key_slot
+
+    from chalicelib.targets import Target
+
+    user = "{limited-drop:9}|x:config"
+    me = {"X-User-Id": user, "X-Queue-Ticket": body(enter(api, user))["queueTicket"]}
+    store, target = runtime.store(), Target("limited-drop", 42)
+    keys = store.keys(target)
+    assert key_slot(keys.token(user).encode()) == key_slot(keys.waiting.encode())
+    store.client.set(keys.mark, 10**6)
+    admitted = body(api.http.get(BASE + "/me", headers=me))
+    assert admitted["status"] == "ADMITTED"
+    buying = {"X-User-Id": user, "X-Entry-Token": admitted["entryToken"], "Content-Type": "application/json"}
+    assert api.http.post(ORDERS, headers=buying, body=b"{}").status_code == 201
+    assert origin.requests[-1]["headers"]["X-User-Id"] == user
+    # The user's token key ends in ":config" like a target's settings: flag_sync marks only the target.
+    assert store.publish_flag("v-test", {}) == 1
+    assert api.http.delete(BASE + "/me", headers=me).status_code == 204

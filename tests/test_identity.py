@@ -7,7 +7,9 @@ import json
 import threading
 import time
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from chalicelib import runtime
 from chalicelib.config import ConfigError, load_settings
@@ -377,3 +379,49 @@ def test_jwt_mode_refuses_to_start_without_what_it_needs(settings, problem):
     env = {**jwts.jwt_env(), "VQ_TOKEN_KEYS": '{"k": "' + "s" * 40 + '"}', **settings}
     with pytest.raises(ConfigError, match=problem):
         JwtIdentity(load_settings(env).jwt, retry_after_s=1)
+
+
+def test_a_rollout_sorts_users_by_a_hash_of_the_verified_id(env, api, tmp_path):
+    """MODULO_RANGE needs an integer: the flag gets the bucket of the verified id, the same every time, whatever
+    X-User-Id says. A user in the queue-off share of a 50 % rollout enters directly; one outside it queues."""
+    from chalicelib.flags import bucket
+
+    flags = tmp_path / "flags.json"
+    rule = {"action": "MODULO_RANGE", "key": "user_id", "value": {"BASE": 2, "START": 0, "END": 0}}
+    flags.write_text(
+        json.dumps(
+            {"virtual_queue_enabled": {"default": True, "rules": {"half": {"when_match": False, "conditions": [rule]}}}}
+        )
+    )
+    env(VQ_FLAGS_FILE=flags, **jwts.jwt_env())
+    users = [f"auth0|{i}" for i in range(40)]
+    off = [u for u in users if bucket(u) % 2 == 0]
+    assert 0 < len(off) < len(users) and bucket("42") == bucket("42") != 42
+    for user in users:
+        status = body(enter(api, {**jwts.bearer(user), "X-User-Id": "0"}))["status"]
+        assert status == ("DIRECT_ADMITTED" if user in off else "WAITING"), user
+
+
+@hypothesis.settings(
+    max_examples=150, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+)
+@hypothesis.given(
+    authorization=st.one_of(
+        st.text(max_size=200),
+        st.builds(lambda t: "Bearer " + t, st.text(alphabet="ABCxyz019-_.=+/~ ", max_size=300)),
+        st.builds(
+            lambda h, p, sig: "Bearer " + ".".join(jwts.b64(x.encode()) for x in (h, p)) + "." + sig,
+            st.sampled_from(['{"alg":"RS256","kid":"rsa-1"}', '{"alg":"none"}', '{"alg":"HS256","kid":"hs-1"}', "[]"]),
+            st.one_of(st.just(json.dumps(jwts.claims())), st.text(max_size=50)),
+            st.text(alphabet="ABCxyz019-_", max_size=50),
+        ),
+    )
+)
+def test_fuzz_authorization_headers_are_401_never_500_and_write_nothing(jwt_api, authorization):
+    before = redis_keys()
+    try:
+        answer = enter(jwt_api, {"Authorization": authorization})
+    except UnicodeEncodeError:  # the test client cannot send it; neither can a browser
+        return
+    assert answer.status_code == 401 and body(answer)["code"] == "UNAUTHENTICATED"
+    assert redis_keys() == before

@@ -82,7 +82,7 @@ def resigned(token_text: str, edit) -> str:
     [
         lambda p: p.replace("|42|", "|43|"),
         lambda p: p.replace("limited-drop", "ticketing-event"),
-        lambda p: p.replace("|7|", "|8|"),
+        lambda p: p.replace("|Nw|", "|OA|"),  # the user field: base64url of "7", then of "8"
         lambda p: p.replace(str(int(NOW) + 300), str(int(NOW) + 99999)),
     ],
 )
@@ -153,3 +153,43 @@ def test_ticket_round_trip_and_separation_from_tokens(token):
     # A ticket is never an entry token, nor the other way round.
     assert signer().read_entry_token(ticket.text, NOW) is None
     assert signer().read_ticket(token.text) is None
+
+
+def signed(payload: str) -> str:
+    """`payload` signed with the verifier's own key k1: what only a holder of the key can make."""
+    raw = payload.encode()
+    return b64(raw) + "." + b64(hmac.new(SECRET_A.encode(), raw, hashlib.sha256).digest())
+
+
+@pytest.mark.parametrize("user", ["a|b", "|", "7|limited-drop|43", "{limited-drop:9}", "auth0|x.y", "~" * 128, "42"])
+def test_any_user_id_round_trips_and_cannot_shift_the_fields(user):
+    token = signer().mint_entry_token(DROP, user, NOW, 300)
+    read = signer().read_entry_token(token.text, NOW)
+    assert read == token and read.user_id == user and read.target == DROP
+    ticket = signer().issue_ticket(DROP, user, seq=3, entered_at_ms=1_800_000_000_000)
+    assert signer().read_ticket(ticket.text) == ticket
+
+
+@pytest.mark.parametrize(
+    "user_field",
+    [
+        "Nx",  # "7" with trailing bits set: a second spelling of the same id
+        "Nw==",  # padded
+        "IA",  # " ": not a user id
+        b64(b"a" * 129),  # too long
+    ],
+)
+def test_a_user_field_that_is_not_one_canonical_user_id_is_refused_even_signed(user_field):
+    exp = int(NOW) + 300
+    assert signer().read_entry_token(signed(f"et2|k1|limited-drop|42|{user_field}|{exp}|{'A' * 22}"), NOW) is None
+    assert signer().read_ticket(signed(f"qt2|k1|limited-drop|42|{user_field}|5|1800000000000")) is None
+
+
+def test_the_first_release_s_tokens_and_tickets_are_still_read():
+    exp = int(NOW) + 300
+    token = signer().read_entry_token(signed(f"et1|k1|limited-drop|42|7|{exp}|{'A' * 22}"), NOW)
+    assert token is not None and token.user_id == "7" and token.grants(DROP, "7")
+    ticket = signer().read_ticket(signed("qt1|k1|limited-drop|42|7|5|1800000000000"))
+    assert ticket is not None and (ticket.user_id, ticket.seq) == ("7", 5)
+    # Their user field was a decimal id, nothing else.
+    assert signer().read_entry_token(signed(f"et1|k1|limited-drop|42|a|{exp}|{'A' * 22}"), NOW) is None

@@ -143,6 +143,21 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         if "hiredis_saves_us" in row:
             add("    hiredis saves (against pure-Python redis-py)", shown(row["hiredis_saves_us"], " us", 1))
 
+    identity = request["identity"]
+    section(
+        f"STATUS POLL BY IDENTITY MODE: handler CPU, x header mode (RS256 JWT of {identity['size_bytes_jwt']} bytes)"
+    )
+    add("  header (X-User-Id)", shown(identity["handler_cpu_us"]["header"], " us", 0))
+    add(
+        "  jwt, verified tokens cached per container (deployed)",
+        shown(identity["x_header"]["jwt"]),
+        f"<= {identity['target_ratio']}x",
+        identity["verdict"],
+    )
+    add("    handler", shown(identity["handler_cpu_us"]["jwt"], " us", 0))
+    add("  jwt, verifying every poll (no cache)", shown(identity["x_header"]["jwt, no cache"]))
+    add("    handler", shown(identity["handler_cpu_us"]["jwt, no cache"], " us", 0))
+
     section("MEMORY PER WAITING USER (100,000 in one target, MEMORY USAGE of its sorted sets)")
     for row in scripts["memory"]:
         deployed = row["allocator"].startswith("jemalloc")
@@ -201,6 +216,8 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         ">= 0.8x",
         benchlib.verdict(authorizer["handler_x_authorize"], least=authorizer["target_handler_x_authorize"]),
     )
+    add("  gate.authorize in jwt mode, time x header mode (cached JWT)", shown(authorizer["jwt_time_x_header"]))
+    add("    verifying the JWT every call", shown(authorizer["jwt_no_cache_time_x_header"]))
 
     section(
         f"COLD START of {cold['package']}, read-only, fresh `python -I`: CPU x its dependencies alone",

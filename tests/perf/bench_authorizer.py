@@ -8,7 +8,9 @@ figures are calls per CPU second, the median and range of the rounds):
   - read_entry_token: the token module's signature, encoding and expiry check alone;
   - check_entry: the verification the authorizer and the routes share;
   - gate.authorize: the handler's body (method ARN, headers, check_entry, policy) without Powertools;
-  - the `purchase_authorizer` handler on a REQUEST event, with Powertools logging and metrics as deployed.
+  - the `purchase_authorizer` handler on a REQUEST event, with Powertools logging and metrics as deployed;
+  - gate.authorize in jwt mode (an RS256 JWT of about 1 KB beside the token): with the per-container cache of
+    verified tokens (as deployed), and verifying the JWT on every call.
 Prints a table and writes build/bench_authorizer.json. Target: the handler at least 0.8x the rate of its body
 (gate.authorize): the Lambda entry point adds at most a quarter to the judgement. The verification's rate against a
 bare HMAC is shown without a target: the MAC is a fifth to a quarter of it. The rest is the strict reading the token
@@ -141,6 +143,20 @@ def main() -> None:
     }
     context = LambdaContext()
     assert purchase_authorizer(event, context)["policyDocument"]["Statement"][0]["Effect"] == "Allow"
+    # jwt mode: the same purchase with the shop's JWT of the token's user.
+    from chalicelib.config import load_settings
+    from chalicelib.identity import JwtIdentity
+    from tests.support import jwts
+
+    header_identity = runtime.identity()
+    jwt_settings = load_settings({**os.environ, **jwts.jwt_env()}).jwt
+    jwt_identity, uncached = JwtIdentity(jwt_settings, 2), JwtIdentity(jwt_settings, 2)
+    uncached.verify = lambda text: uncached._verify(text)[0]
+    jwt_token = runtime.signer().mint_entry_token(TARGET, "auth0|65f1c0d2e4b0a1b2c3d4e5f6", now, 300).text
+    bearer = jwts.sign(jwts.realistic_claims())
+    jwt_headers = {k: v for k, v in event["headers"].items() if k != "X-User-Id"}
+    jwt_event = {**event, "headers": {**jwt_headers, "X-Entry-Token": jwt_token, "Authorization": f"Bearer {bearer}"}}
+    assert authorize(signer, jwt_identity, jwt_event, now, lambda target, user_id: True).allowed
     assert check_entry(signer, TARGET, token, "7", now) is not None
 
     found, loads = rates(
@@ -149,8 +165,12 @@ def main() -> None:
             "keyed_hmac": lambda: keyed_mac(keyed.copy(), payload),
             "read_entry_token": lambda: signer.read_entry_token(token, now),
             "check_entry": lambda: check_entry(signer, TARGET, token, "7", now),
-            "gate_authorize": lambda: authorize(signer, event, now, lambda target, user_id: True),
+            "gate_authorize": lambda: authorize(signer, header_identity, event, now, lambda target, user_id: True),
             "authorizer_handler": lambda: purchase_authorizer(event, context),
+            "gate_authorize_jwt": lambda: authorize(signer, jwt_identity, jwt_event, now, lambda target, user_id: True),
+            "gate_authorize_jwt_no_cache": lambda: authorize(
+                signer, uncached, jwt_event, now, lambda target, user_id: True
+            ),
         }
     )
     bare = found["bare_hmac_sha256"]
@@ -167,6 +187,9 @@ def main() -> None:
         "ratio_to_bare_hmac": ratios,
         "load_average": benchlib.loads(loads),
         "handler_x_authorize": benchlib.ratios(found["authorizer_handler"], found["gate_authorize"]),
+        # Rates: the header mode's body over the jwt mode's is how many times longer a jwt judgement takes.
+        "jwt_time_x_header": benchlib.ratios(found["gate_authorize"], found["gate_authorize_jwt"]),
+        "jwt_no_cache_time_x_header": benchlib.ratios(found["gate_authorize"], found["gate_authorize_jwt_no_cache"]),
         "target_handler_x_authorize": TARGET_HANDLER_X_AUTHORIZE,
     }
     print(
@@ -180,6 +203,10 @@ def main() -> None:
     print(
         f"handler x gate.authorize: {benchlib.shown(report['handler_x_authorize'], 'x', 3)} "
         f"(target >= {TARGET_HANDLER_X_AUTHORIZE}x) {verdict}"
+    )
+    print(
+        f"gate.authorize in jwt mode, time x header mode: {benchlib.shown(report['jwt_time_x_header'], 'x', 2)} "
+        f"cached, {benchlib.shown(report['jwt_no_cache_time_x_header'], 'x', 2)} verifying every call"
     )
     out = benchlib.write_json("bench_authorizer.json", report)
     print(f"written to {out.relative_to(ROOT)}")

@@ -6,7 +6,8 @@ twice: with bytecode for every module (what the package ships, and whatever it l
 and with every .pyc stripped. From each, in a fresh `python -I -S -B` (no environment, no site-packages: the
 standard library and the package, as on Lambda; modules the Lambda runtime provides and the zip leaves out come
 after it, from this virtualenv), measures in at least 7 alternating rounds, each with its load average:
-  - `import app` with the environment a deployed function has (signing keys, Powertools settings);
+  - `import app` with the environment a deployed function has (signing keys, Powertools settings, jwt mode with its
+    provider's keys, which the app reads and checks at start);
   - the dependencies alone: every third-party module that importing the app loads, in the order it loads them
     (found by importing the app once), so the baseline follows the code;
   - both in one interpreter: the dependencies, then `import app` over them (the app's own modules alone).
@@ -34,6 +35,9 @@ from pathlib import Path
 
 import benchlib  # beside this file
 
+sys.path.insert(0, str(benchlib.ROOT))
+from tests.support import jwts  # noqa: E402
+
 TARGET_RATIO = 1.2
 PACKAGE = benchlib.BUILD / "deployment.zip"
 OWN = ("app", "chalicelib")
@@ -60,7 +64,8 @@ LOADED = PRELUDE + (
 
 
 def environment() -> dict[str, str]:
-    env = {**os.environ, **benchlib.BASE_ENV}
+    # As deployed: jwt mode, its provider's keys read and checked at start (inline here: no network in a timing).
+    env = {**os.environ, **benchlib.BASE_ENV, **jwts.jwt_env()}
     env.pop("REDIS_URL", None)
     return env
 

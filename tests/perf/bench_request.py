@@ -9,7 +9,10 @@ take turns:
     the same script call (recorded from the real request, replayed through the same redis-py client) and answers
     its reply as a dict, which Chalice serializes;
   - the handler with redis-py's pure-Python packing and parsing in place of hiredis's, when hiredis is installed
-    (BENCH_PURE_PYTHON_REDIS=1 makes every measure go without hiredis).
+    (BENCH_PURE_PYTHON_REDIS=1 makes every measure go without hiredis);
+  - the status poll by identity mode (chalicelib/identity.py), in the same slices: header (X-User-Id), jwt (an
+    RS256 JWT of about 1 KB, as Auth0 or Cognito issue them, with the per-container cache of verified tokens, as
+    deployed), and jwt verifying the JWT on every poll (no cache), which is what the cache is measured against.
 The switch reads its flag as deployed: from an AppConfig session (its client answering infra/flags.json), not from
 the local file, which it would stat on every request.
 Totals are this process's CPU time per request (a loaded machine still inflates it: hence the slices).
@@ -18,7 +21,8 @@ place only there, so the totals time the code as deployed): routing and middlewa
 tokens, logging and metrics, JSON, redis-py (packing, sending, parsing: CPU), and the Redis wait (wall time
 inside redis-py less its CPU). Spans are CPU time less the timer's own cost (calibrated); routing, middleware
 and the rest of the handler are the total CPU less the named components.
-Prints a table and writes build/bench_request.json. Target: handler CPU per status request at most 1.5x the floor's.
+Prints a table and writes build/bench_request.json. Targets: handler CPU per status request at most 1.5x the floor's,
+and in jwt mode at most 1.2x header mode's.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ import benchlib  # beside this file
 sys.path.insert(0, str(benchlib.ROOT))
 
 TARGET_RATIO = 1.5
+JWT_TARGET_RATIO = 1.2  # a status poll's handler CPU in jwt mode against header mode
+IDENTITY_MODES = ("header", "jwt", "jwt, no cache")
+JWT_USER = "auth0|65f1c0d2e4b0a1b2c3d4e5f6"
 SENTINEL = 900_000_000_001  # the new user whose enter is recorded, replaced by a fresh one per floor call
 SLICES, PER_SLICE = 20, 50  # per round, per measure
 COMPONENTS = ("flag", "ticket and token", "logging and metrics", "JSON", "redis-py (CPU)")
@@ -75,7 +82,7 @@ def api_event(method: str, resource: str, params: dict[str, str], headers: dict[
     }
 
 
-def headers(user: int, ticket: str | None = None) -> dict[str, str]:
+def headers(user: int | str, ticket: str | None = None) -> dict[str, str]:
     found = {
         "Accept": "application/json",
         "Host": "api.example.com",
@@ -322,6 +329,34 @@ def main() -> None:
                 reply = client.execute_command(*[arg.replace(str(SENTINEL), user) for arg in enter_call])
                 return {"status": reply[0], "aheadCount": reply[2]}
 
+            # The identity modes: the same poll of a waiting user, named by X-User-Id or by a bearer JWT.
+            from chalicelib.config import load_settings
+            from chalicelib.identity import JwtIdentity
+            from tests.support import jwts
+
+            jwt_ticket = json.loads(app(api_event("POST", ENTRIES, target, headers(JWT_USER)), context)["body"])
+            bearer = jwts.sign(jwts.realistic_claims(JWT_USER))
+            jwt_headers = {k: v for k, v in headers(JWT_USER, jwt_ticket["queueTicket"]).items() if k != "X-User-Id"}
+            jwt_event = api_event("GET", me, target, {**jwt_headers, "Authorization": f"Bearer {bearer}"})
+            jwt_settings = load_settings({**os.environ, **jwts.jwt_env()}).jwt
+            uncached = JwtIdentity(jwt_settings, retry_after_s=2)
+            uncached.verify = lambda token: uncached._verify(token)[0]
+            identities = {
+                "header": (runtime.identity(), status_event),
+                "jwt": (JwtIdentity(jwt_settings, retry_after_s=2), jwt_event),
+                "jwt, no cache": (uncached, jwt_event),
+            }
+            deployed_identity = runtime.identity
+
+            def poll_as(mode: str) -> float:
+                """CPU of PER_SLICE status polls with the caller identified in `mode`."""
+                identity, event = identities[mode]
+                runtime.identity = lambda: identity  # every mode through the same one-line function
+                try:
+                    return cpu_total(lambda: call(app, event, '"WAITING"'))
+                finally:
+                    runtime.identity = deployed_identity
+
             users = iter(range(1_000, 10**9))
             requests = {
                 "status": lambda handler: call(handler, status_event, '"WAITING"'),
@@ -359,6 +394,8 @@ def main() -> None:
                             spent = spans.seconds[component] - spans.calls[component] * overhead[component]
                             found[f"{name}: {component}"] += spent
                         found[f"{name}: Redis wait"] += spans.wait
+                    for mode in IDENTITY_MODES:
+                        found[f"status ({mode})"] += poll_as(mode)
                 return {measure: total / (SLICES * PER_SLICE) for measure, total in found.items()}
 
             one_round()  # warm every path
@@ -395,6 +432,17 @@ def main() -> None:
             row["verdict"] = benchlib.verdict(row["x_floor"], TARGET_RATIO)
         rows[name] = row
 
+    by_mode = {mode: per_round(f"status ({mode})") for mode in IDENTITY_MODES}
+    identity = {
+        "size_bytes_jwt": len(bearer),
+        "handler_cpu_us": {mode: benchlib.spread(cpu) for mode, cpu in by_mode.items()},
+        "x_header": {
+            mode: benchlib.ratios(cpu, by_mode["header"]) for mode, cpu in by_mode.items() if mode != "header"
+        },
+        "target_ratio": JWT_TARGET_RATIO,
+    }
+    identity["verdict"] = benchlib.verdict(identity["x_header"]["jwt"], JWT_TARGET_RATIO)
+
     print(
         f"\nhandler CPU per request, median [range] of {benchlib.ROUNDS} rounds of {SLICES} alternating slices "
         f"of {PER_SLICE}, "
@@ -414,6 +462,11 @@ def main() -> None:
                 f"  {'hiredis saves (against pure-Python redis-py)':<36}"
                 f"{benchlib.shown(row['hiredis_saves_us'], ' us', 1):>24}"
             )
+    print(f"\nstatus poll by identity mode (RS256 JWT of {len(bearer)} bytes):")
+    for mode in IDENTITY_MODES:
+        ratio = f"  x header {benchlib.shown(identity['x_header'][mode])}" if mode != "header" else ""
+        verdict = f"  (<= {JWT_TARGET_RATIO}x: {identity['verdict']})" if mode == "jwt" else ""
+        print(f"  {mode:<16}{benchlib.shown(identity['handler_cpu_us'][mode], ' us', 0):>24}{ratio}{verdict}")
     written = benchlib.write_json(
         "bench_request.json",
         {
@@ -425,6 +478,7 @@ def main() -> None:
             "hiredis": hiredis and not os.environ.get("BENCH_PURE_PYTHON_REDIS"),
             "timer_overhead_us": {c: o * 1e6 for c, o in overhead.items()},
             "requests": rows,
+            "identity": identity,
         },
     )
     print(f"\nwrote {written.relative_to(benchlib.ROOT)}")

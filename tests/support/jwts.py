@@ -38,7 +38,7 @@ def other_rsa_key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
-def _b64(raw: bytes) -> str:
+def b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
@@ -55,7 +55,7 @@ def jwks(*, ec_too: bool = True, secret_too: bool = True) -> dict:
     if ec_too:
         keys.append({**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_key().public_key())), "kid": "ec-1"})
     if secret_too:
-        keys.append({"kty": "oct", "kid": "hs-1", "k": _b64(SECRET.encode())})
+        keys.append({"kty": "oct", "kid": "hs-1", "k": b64(SECRET.encode())})
     return {"keys": keys}
 
 
@@ -95,10 +95,10 @@ def bearer(user: str = "auth0|7", **more) -> dict[str, str]:
 def hand_signed(header: dict, payload: dict, secret: bytes | None) -> str:
     """A JWT signed by hand: HS256 with `secret`, or unsigned (`alg: none`) when None. PyJWT refuses to make
     either of the attacks these stand for."""
-    head = _b64(json.dumps(header).encode()) + "." + _b64(json.dumps(payload).encode())
+    head = b64(json.dumps(header).encode()) + "." + b64(json.dumps(payload).encode())
     if secret is None:
         return head + "."
-    return head + "." + _b64(hmac.new(secret, head.encode(), hashlib.sha256).digest())
+    return head + "." + b64(hmac.new(secret, head.encode(), hashlib.sha256).digest())
 
 
 def public_pem() -> bytes:
