@@ -107,7 +107,7 @@ def test_full_line_then_waiting_then_admitted_then_order_confirmed(shopper, stac
     shopper.shot("bought", readme="phone")
     assert [
         o["userId"] for o in stack.local.shop.summary()["orders"] if o["item"].endswith(f"/{target_id}/orders")
-    ] == [77]
+    ] == ["77"]
 
     # A reload after buying shows the order, not a Buy button for a pass already used.
     page.reload()
