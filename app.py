@@ -171,12 +171,11 @@ def put_config(queue_type, target_id):
 @app.lambda_function(name="purchase_authorizer")
 def purchase_authorizer(event, context):
     """API Gateway REQUEST authorizer of the purchase routes: Allow exactly this method ARN for a valid
-    entry token of the route's target and the caller (chalicelib/identity.py), else Deny. Needs no Redis.
-    Raises only to make API Gateway answer 401 (no JWT the identity provider vouches for: "Unauthorized", its
-    UNAUTHORIZED response) or 503 (its keys cannot be had: AUTHORIZER_FAILURE), both in infra/authorizer.yaml."""
+    entry token of the route's target and the caller (chalicelib/identity.py), else Deny; a caller without a valid
+    JWT is let through to the route, which answers 401 (gate.Verdict). Needs no Redis. Raises only when the
+    identity provider's keys cannot be had, for API Gateway's AUTHORIZER_FAILURE answer, a 503
+    (infra/authorizer.yaml)."""
     verdict = gate.authorize(runtime.signer(), runtime.identity(), event, time.time(), runtime.switch().queue_enabled)
-    if verdict.refusal == "unauthenticated":
-        raise Exception("Unauthorized")  # noqa: TRY002 (API Gateway's contract: exactly this message)
     if verdict.refusal == "unavailable":
         raise RuntimeError("the identity provider's keys cannot be had")
     if not verdict.allowed and not verdict.keys_unavailable:  # that one the signer counted already

@@ -41,8 +41,9 @@ _ROUTE_ARN = re.compile(_ARN_HEAD + "(?:" + "|".join(map(_path_pattern, TARGET_T
 @dataclass(frozen=True)
 class Verdict:
     """The authorizer's answer: the IAM policy for API Gateway, and what was decided about which target.
-    `refusal` instead of a policy: "unauthenticated" (401: no JWT the identity provider vouches for), or
-    "unavailable" (503: its keys cannot be had)."""
+    `refusal`: "unauthenticated" (jwt mode, no JWT the identity provider vouches for: allowed through to the route,
+    which verifies the caller again and answers 401 with its detail and challenge, where a raise here would count as
+    the function's error and alarm), or "unavailable" (the provider's keys cannot be had: a 503)."""
 
     policy: dict[str, Any]
     allowed: bool
@@ -126,7 +127,8 @@ def authorize(
         # goes by user), and the route needs one anyway.
         return _deny(method_arn, target)
     except Unauthenticated:
-        return Verdict(_policy("anonymous", "Deny", method_arn, {}), False, target, refusal="unauthenticated")
+        unverified = _policy("anonymous", "Allow", method_arn, {"identity": "unverified"})
+        return Verdict(unverified, True, target, refusal="unauthenticated")
     except QueueUnavailable:
         return Verdict(_policy("anonymous", "Deny", method_arn, {}), False, target, refusal="unavailable")
     try:

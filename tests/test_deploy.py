@@ -128,8 +128,8 @@ def test_no_placeholder_is_left_in_the_template(deployment):
     ],
 )
 def test_the_authorizer_s_answers_are_the_contract_s(openapi, kind, status, code, headers):
-    """A Deny is 403; the authorizer's "Unauthorized" (jwt mode: no valid JWT) 401 with its challenge; its failure
-    (the provider's keys cannot be had) 503 with Retry-After."""
+    """A Deny is 403; its failure (jwt mode: the provider's keys cannot be had) 503 with Retry-After; an
+    "Unauthorized", which it never sends (the route answers a missing JWT's 401), would be the route's 401."""
     response = openapi["x-amazon-apigateway-gateway-responses"][kind]
     assert response["statusCode"] == status
     # API Gateway fills in $context.error.messageString as a quoted JSON string.

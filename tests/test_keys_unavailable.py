@@ -88,7 +88,7 @@ def test_the_authorizer_denies_without_its_keys_and_never_fails(secrets_manager,
 
 def test_a_switched_off_queue_still_lets_purchases_through_without_keys(secrets_manager):
     event = {"type": "REQUEST", "methodArn": ARN, "headers": {"X-User-Id": "7"}}
-    verdict = authorize(runtime.signer(), event, time.time(), lambda target, user: False)
+    verdict = authorize(runtime.signer(), runtime.identity(), event, time.time(), lambda target, user: False)
     assert verdict.allowed
 
 
