@@ -82,7 +82,7 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
             urllib.request.urlopen(refused, timeout=5)
         assert closed.value.code == 409 and json.load(closed.value)["code"] == "SOLD_OUT"
         with urllib.request.urlopen(f"http://127.0.0.1:{shop_port}/orders", timeout=5) as answer:
-            assert [order["userId"] for order in json.load(answer)["orders"]] == [1]
+            assert [order["userId"] for order in json.load(answer)["orders"]] == ["1"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/waiting-room/limited-drop/1", timeout=5) as answer:
             assert answer.headers["Content-Type"] == "text/html; charset=utf-8"
     finally:
