@@ -30,7 +30,7 @@ def test_the_figures_count_what_the_users_met():
     started, killed, promoted = 1000.0, 1010.0, 1013.0
 
     def token(user: int, at: float, status: str) -> tuple[float, str, str]:
-        return (at, status, signer.mint_entry_token(TARGET, user, at, 300).text)
+        return (at, status, signer.mint_entry_token(TARGET, str(user), at, 300).text)
 
     def user(n: int, **what) -> SimpleNamespace:
         # What figures() reads of a simulated user (infra/sim/failover.py's ReturningUser).

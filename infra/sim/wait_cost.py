@@ -122,12 +122,12 @@ class Writes:
     def enter(self) -> None:
         now = time.time()
         self.store.enter(
-            Target("limited-drop", 1), next(self._numbers), int(now * 1000), SIGNER.grant(now, 300), DEFAULTS
+            Target("limited-drop", 1), str(next(self._numbers)), int(now * 1000), SIGNER.grant(now, 300), DEFAULTS
         )
 
     def consume(self) -> None:
         now = time.time()
-        token = SIGNER.mint_entry_token(Target("limited-drop", 1), next(self._numbers), now, 300)
+        token = SIGNER.mint_entry_token(Target("limited-drop", 1), str(next(self._numbers)), now, 300)
         self.store.consume(token, f"{self.run}-{token.token_id}", int(now * 1000), open_on_first_use=True)
 
     def tick(self) -> None:
@@ -137,7 +137,7 @@ class Writes:
     def ready(self, n: int) -> Writes:
         for _ in range(n):
             target, now = Target("ticketing-event", next(self._numbers)), time.time()
-            for user in (1, 2):
+            for user in ("1", "2"):
                 self.store.enter(target, user, int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
             self._targets.append(target)
         return self
@@ -310,13 +310,13 @@ def what_it_buys(lag_s: float, wait_ms: int | None, enforce: bool, seconds: floa
             store = store_of(pair.url, wait_ms, enforce, prefix)
             now = time.time()
             with contextlib.suppress(StoreUnavailable):  # the script loaded, the connection made
-                store.enter(Target("limited-drop", 1), 0, int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
+                store.enter(Target("limited-drop", 1), "0", int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
             due = time.monotonic()
             while (due := due + WRITERS / OFFERED_PER_S) < until:
                 time.sleep(max(0.0, due - time.monotonic()))
                 user, now = next(users), time.time()
                 try:
-                    store.enter(Target("limited-drop", 1), user, int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
+                    store.enter(Target("limited-drop", 1), str(user), int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
                     told.append(user)
                 except StoreUnavailable:
                     refused[0] += 1
