@@ -30,7 +30,7 @@ from chalicelib.observability import (
     tracer,
 )
 from chalicelib.purchase import PurchaseRequest
-from chalicelib.target_config import parse_config
+from chalicelib.target_config import Precondition, parse_config, parse_patch
 from chalicelib.targets import TARGET_TYPES, TargetType, parse_target
 
 app = Chalice(app_name="virtual-queue", configure_logs=False)
@@ -155,14 +155,37 @@ def stats(queue_type, target_id):
 @app.route(QUEUE + "/config", methods=["GET"], authorizer=IAMAuthorizer())
 @answers_queue_errors
 def get_config(queue_type, target_id):
-    return runtime.waiting_room().config(_target(queue_type, target_id))
+    return _config_answer(runtime.waiting_room().config(_target(queue_type, target_id)))
 
 
 @app.route(QUEUE + "/config", methods=["PUT"], authorizer=IAMAuthorizer())
 @answers_queue_errors
 def put_config(queue_type, target_id):
     target = _target(queue_type, target_id)
-    return runtime.waiting_room().configure(target, parse_config(app.current_request.raw_body))
+    config = parse_config(app.current_request.raw_body)
+    return _config_answer(runtime.waiting_room().configure(target, config, _precondition()))
+
+
+# JSON Merge Patch (RFC 7396) names its own media type; plain JSON is accepted too.
+@app.route(
+    QUEUE + "/config",
+    methods=["PATCH"],
+    authorizer=IAMAuthorizer(),
+    content_types=["application/merge-patch+json", "application/json"],
+)
+@answers_queue_errors
+def patch_config(queue_type, target_id):
+    target = _target(queue_type, target_id)
+    patch = parse_patch(app.current_request.raw_body)
+    return _config_answer(runtime.waiting_room().patch_config(target, patch, _precondition()))
+
+
+def _precondition():
+    return Precondition.parse(_header("if-match"), _header("if-none-match"))
+
+
+def _config_answer(answer):
+    return _json(answer.body, headers={"ETag": f'"{answer.etag}"'})
 
 
 # --- purchase gate ---

@@ -135,3 +135,15 @@ class PayloadTooLarge(QueueError):
 class UnsupportedMediaType(QueueError):
     status = 415
     code = "UNSUPPORTED_MEDIA_TYPE"
+
+
+class ConfigChanged(QueueError):
+    """An operator's write expected another version of the target's configuration (If-Match, If-None-Match), or
+    (409) others kept changing it while a PATCH was merged. Nothing was written; `ETag` names the version now."""
+
+    status = 412
+    code = "CONFIG_CHANGED"
+
+    def __init__(self, detail: str, etag: str | None, status: int = 412) -> None:
+        super().__init__(detail, {"ETag": f'"{etag}"'} if etag else None)
+        self.status = status

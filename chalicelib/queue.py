@@ -27,6 +27,7 @@ from chalicelib.answers import (
 )
 from chalicelib.config import Settings
 from chalicelib.errors import (
+    ConfigChanged,
     InvalidQueueTicket,
     NotInQueue,
     QueueClosed,
@@ -40,13 +41,23 @@ from chalicelib.flags import Decision, QueueSwitch
 from chalicelib.observability import Tally, count, logger
 from chalicelib.redis_connection import StoreFull, StoreUnavailable
 from chalicelib.store import Defaults, QueueStore
-from chalicelib.target_config import TargetConfig, iso_time
+from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig, iso_time, merge_patch
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner
 
 # Polls that found their user still waiting: beside the pump's ticks, what tells a stalled pump from an idle one
 # (the PumpStalledAlarm, docs/alarms.md).
 WAITING_POLLS = Tally("WaitingPolls", every_s=30)
+# How often a PATCH reads and merges again when others keep changing the configuration between its read and its write.
+PATCH_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class ConfigAnswer:
+    """A target's configuration as the config routes answer it: `body` (own and effective) and its version `etag`."""
+
+    body: dict
+    etag: str
 
 
 @dataclass  # not frozen: made on every request (see chalicelib/answers.py's places)
@@ -247,24 +258,19 @@ class WaitingRoom:
             }
         return body
 
-    def config(self, target: Target) -> dict:
+    def config(self, target: Target) -> ConfigAnswer:
         """The target's own configuration and the one in force (own fields over the global defaults)."""
-        try:
-            own = self.store.config(target)
-        except StoreUnavailable as err:
-            raise self._unavailable(target, err) from None
-        if own is None:
-            raise _unknown()
-        return {"config": own.to_body(), "effective": self._effective(own)}
+        own, etag = self._own_config(target)
+        return ConfigAnswer(self._config_body(own), etag)
 
     def display(self, target: Target) -> dict[str, str]:
         """What the waiting-room page shows of the target (`displayName`, `imageUrl`), as far as set. Empty when
         Redis cannot answer: the page must load all the same, as the queue fails open."""
         try:
-            own = self.store.config(target)
+            stored = self.store.config(target)
         except StoreUnavailable:
             return {}
-        return own.display() if own is not None else {}
+        return stored[0].display() if stored is not None else {}
 
     def targets(self) -> list[Target]:
         """The targets the pump visits (users in line or in a pre-queue), for the operator console."""
@@ -273,14 +279,58 @@ class WaitingRoom:
         except StoreUnavailable as err:
             raise QueueUnavailable(self.settings.retry_after_s) from err
 
-    def configure(self, target: Target, config: TargetConfig) -> dict:
-        """Replace the target's own configuration (opening the target); the pump applies it from its next tick."""
+    def configure(
+        self, target: Target, config: TargetConfig, precondition: Precondition = UNCONDITIONAL
+    ) -> ConfigAnswer:
+        """Replace the target's own configuration (opening the target) if its version meets `precondition`; the
+        pump applies it from its next tick."""
         try:
-            self.store.configure(target, config, int(self.clock() * 1000))
+            outcome, etag = self.store.configure(target, config, int(self.clock() * 1000), precondition)
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
+        if outcome == "UNKNOWN_TARGET":
+            raise _unknown()
+        if outcome == "ALREADY_OPEN":
+            raise ConfigChanged("the target is already open: change its settings with PATCH", etag)
+        if outcome == "CHANGED":
+            raise ConfigChanged("the configuration changed since you read it: read it again (GET .../config)", etag)
         logger.info("target configured", extra={"target": str(target), "config": config.to_body()})
-        return {"config": config.to_body(), "effective": self._effective(config)}
+        return ConfigAnswer(self._config_body(config), etag or "")
+
+    def patch_config(self, target: Target, patch: dict, precondition: Precondition = UNCONDITIONAL) -> ConfigAnswer:
+        """Merge `patch` (a JSON Merge Patch, target_config.parse_patch) into the open target's own configuration.
+
+        Read, merge and write again as long as others change the configuration in between (the write names the
+        version the merge started from), so concurrent PATCHes and PUTs never lose each other's fields; with a
+        `precondition` the first version read must meet it, and a change in between is the caller's 412.
+        """
+        for _ in range(PATCH_ATTEMPTS):
+            own, etag = self._own_config(target)
+            if not precondition.allows(etag):
+                raise ConfigChanged("the configuration changed since you read it: read it again (GET .../config)", etag)
+            merged = merge_patch(own, patch)
+            try:
+                return self.configure(target, merged, Precondition(etags=(etag,), given=True))
+            except ConfigChanged:
+                if precondition.given:
+                    raise
+        raise ConfigChanged(
+            f"others changed the configuration {PATCH_ATTEMPTS} times while this PATCH was merged: send it again",
+            None,
+            status=409,
+        )
+
+    def _own_config(self, target: Target) -> tuple[TargetConfig, str]:
+        try:
+            stored = self.store.config(target)
+        except StoreUnavailable as err:
+            raise self._unavailable(target, err) from None
+        if stored is None:
+            raise _unknown()
+        return stored
+
+    def _config_body(self, own: TargetConfig) -> dict:
+        return {"config": own.to_body(), "effective": self._effective(own)}
 
     def _effective(self, own: TargetConfig) -> dict:
         # Own fields over the defaults; fields without a default (times, caps, display) as the target has them.
@@ -420,7 +470,7 @@ def _other_entry() -> InvalidQueueTicket:
 
 
 def _unknown() -> UnknownTarget:
-    return UnknownTarget("no such queue: an operator opens one with PUT .../config")
+    return UnknownTarget("no such queue: an operator opens one with PUT .../config (vq open)")
 
 
 def _rounded(value: float | None) -> float | None:

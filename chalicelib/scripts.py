@@ -118,9 +118,12 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "configure": Contract(
         keys=("config", "events", "stats"),
-        args=("now_ms", *OUTBOX_ARGS),
+        args=("now_ms", "expect", *OUTBOX_ARGS),
         rest="settings",
         reporting=True,
+        replies={
+            "WRITTEN": ("version",), "CHANGED": ("version",), "ALREADY_OPEN": ("version",), "UNKNOWN_TARGET": (),
+        },
     ),
     "draw_begin": Contract(keys=("draw", "config", "prequeue"), args=("fresh_seed",), reply=("seed", "done")),
     "draw_place": Contract(keys=("waiting", "heartbeat", "prequeue"), args=("now_ms",), rest="placements"),

@@ -8,6 +8,7 @@ pipelining scripts in scripts.py.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import random
 import re
@@ -27,7 +28,7 @@ from chalicelib.observability import logger
 from chalicelib.queue_keys import QueueKeys
 from chalicelib.redis_connection import REDIS_FAILURES, Breaker, RedisClient, StoreFull, StoreUnavailable
 from chalicelib.scripts import load_script, run_pipelined
-from chalicelib.target_config import TargetConfig
+from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig
 from chalicelib.targets import Target, parse_target
 from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket
 
@@ -39,6 +40,8 @@ REGISTRATION_REFRESH_MS = 60_000
 CLOCK_SKEW_MARGIN_MS = 60_000
 # The config field that makes a target known (lua/configure.lua).
 KNOWN_SINCE = "known_since_ms"
+# Config fields that are not the operator's: a configuration's version leaves them out (lua/configure.lua).
+_NOT_THE_OPERATORS = (KNOWN_SINCE, "flag_version")
 # The outbox (lua/outbox.lua): how long a stream outlives its last event when nothing publishes it. A
 # registration for the sake of events lasts as long.
 OUTBOX_TTL_MS = 86_400_000
@@ -328,21 +331,28 @@ class QueueStore:
             purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
         )
 
-    def config(self, target: Target) -> TargetConfig | None:
-        """The target's own configuration (unset fields fall back to the global defaults); None if it is unknown."""
+    def config(self, target: Target) -> tuple[TargetConfig, str] | None:
+        """The target's own configuration (unset fields fall back to the global defaults) and its version; None if
+        the target is unknown."""
         stored = self._guarded(self.client.hgetall, self.keys(target).config)
-        return TargetConfig.from_redis(stored) if KNOWN_SINCE in stored else None
+        return (TargetConfig.from_redis(stored), config_version(stored)) if KNOWN_SINCE in stored else None
 
-    def configure(self, target: Target, config: TargetConfig, now_ms: int) -> None:
-        """Replace the target's own configuration, at once: the pump applies it from its next tick. Opens an
-        unknown target, marked with the stored flag's version if it has none. Registers it with the pump, whose
-        publisher sends the events this reports."""
+    def configure(
+        self, target: Target, config: TargetConfig, now_ms: int, precondition: Precondition = UNCONDITIONAL
+    ) -> tuple[str, str | None]:
+        """Replace the target's own configuration, at once, if its version meets `precondition` (checked in the
+        same step): the pump applies it from its next tick. Opens an unknown target, marked with the stored
+        flag's version if it has none. Registers it with the pump, whose publisher sends the events this reports.
+        Answers lua/configure.lua's outcome (WRITTEN, CHANGED, ALREADY_OPEN, UNKNOWN_TARGET) and the version
+        stored after it (None: not open)."""
         k = self.keys(target)
         settings = [item for field_value in config.to_redis().items() for item in field_value]
         keys, args = self._configure.order(
-            config=k.config, events=k.events, stats=k.stats, now_ms=now_ms, **self.outbox
+            config=k.config, events=k.events, stats=k.stats, now_ms=now_ms, expect=_expect(precondition), **self.outbox
         )
-        self._guarded(self._configure.run, keys, (*args, *settings))
+        outcome = self._configure.read(self._guarded(self._configure.run, keys, (*args, *settings)))
+        if outcome.tag != "WRITTEN":
+            return outcome.tag, getattr(outcome, "version", None)
         stored = self.flag()
         if stored is not None:
             # Opened after a flip, the target follows it at once (flag_sync marks the targets it finds).
@@ -350,6 +360,7 @@ class QueueStore:
         if self.outbox["outbox_cap"]:
             self._register(target, OUTBOX_TTL_MS)
         self._mark_open(target, max(now_ms, config.opens_at_ms or 0), now_ms)
+        return outcome.tag, outcome.version
 
     def observe_purchase(
         self,
@@ -634,6 +645,24 @@ class QueueStore:
             for target, nonce in nonces.items()
         ]
         return [target for target, gone in zip(nonces, run_pipelined(self.client, calls), strict=True) if gone == 1]
+
+
+def config_version(stored: Mapping[str, str]) -> str:
+    """The version of a stored configuration (the API's ETag): the SHA-1 of its operator's fields, all but those
+    lua/configure.lua keeps across a write, as sorted 'field=value' lines (the script computes the same)."""
+    lines = sorted(f"{name}={value}" for name, value in stored.items() if name not in _NOT_THE_OPERATORS)
+    return hashlib.sha1("\n".join(lines).encode()).hexdigest()
+
+
+def _expect(precondition: Precondition) -> str:
+    """lua/configure.lua's `expect` for a precondition."""
+    if precondition.absent:
+        return "new"
+    if precondition.any_version:
+        return "open"
+    if precondition.given:
+        return " ".join(("version", *precondition.etags))
+    return ""
 
 
 def _pairs(flat: list) -> dict[str, str]:

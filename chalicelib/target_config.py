@@ -1,4 +1,4 @@
-"""Per-target configuration set by operators at run time (`PUT /virtual-queues/{type}/{id}/config`).
+"""Per-target configuration set by operators at run time (`PUT` or `PATCH /virtual-queues/{type}/{id}/config`).
 
 Every field is optional; an unset one falls back to the global default of chalicelib/config.py. The
 API spells fields in camelCase and times as ISO-8601 with a zone; Redis keeps them as integers
@@ -9,6 +9,10 @@ Besides the pace and the schedule, an operator steers a sale with `paused` (no a
 their place), `soldOut` (nobody is admitted and everyone still waiting is told so; the shop can set it too),
 `inviteOnly` (only callers whose verified JWT invites them to the target may enter: identity.py) and
 `originSlo` (the pump lowers the rate while the shop misses the objective: see shop_health.py).
+
+A PUT body is the whole configuration; a PATCH body is a JSON Merge Patch (RFC 7396) of it, validated as the
+PUT body it makes. `Precondition` is what a write expects of the stored configuration's version (`If-Match`,
+`If-None-Match`); the store checks it in the same step as the write.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ _TEXTS = {"displayName": ("display_name", 80), "imageUrl": ("image_url", 500)}
 _FLAGS = {"paused": "paused", "soldOut": "sold_out", "inviteOnly": "invite_only"}
 # originSlo's fields: API name -> (Redis field, type, lowest, highest).
 _SLO = {"p95Ms": ("slo_p95_ms", int, 1, 60_000), "errorRate": ("slo_error_rate", float, 0.0, 1.0)}
+# Every field a body may name.
+_FIELDS = frozenset((*_LIMITS, *_TIMES, *_TEXTS, *_FLAGS, "originSlo"))
+# An ETag as the API answers it: a quoted SHA-1 of the stored configuration (chalicelib/store.py).
+_ETAG = re.compile(r'"([0-9a-f]{40})"')
+MAX_PRECONDITION_CHARS = 1000
 _ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})")
 _EARLIEST, _LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
 
@@ -116,8 +125,52 @@ def iso_time(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def parse_config(raw_body: bytes | None) -> TargetConfig:
-    """The configuration a PUT body describes; InvalidArgument for anything malformed, unknown or out of range."""
+@dataclass(frozen=True)
+class Precondition:
+    """What an operator's write expects of the stored configuration: one of `etags` (If-Match), any version
+    (`If-Match: *`: the target is open), or none at all (`If-None-Match: *`: the target is not open yet)."""
+
+    etags: tuple[str, ...] = ()
+    any_version: bool = False
+    absent: bool = False
+    given: bool = False  # an If-Match was sent (an empty or unmatchable list matches nothing)
+
+    @classmethod
+    def parse(cls, if_match: str | None, if_none_match: str | None) -> Precondition:
+        """The precondition of `If-Match` and `If-None-Match` (either may be absent); InvalidArgument if malformed.
+        Comparison is strong (RFC 9110): a weak `W/"..."` ETag never matches."""
+        for name, text in (("If-Match", if_match), ("If-None-Match", if_none_match)):
+            if text is not None and len(text) > MAX_PRECONDITION_CHARS:
+                raise InvalidArgument(f"{name} is longer than {MAX_PRECONDITION_CHARS} characters")
+        if if_none_match is not None:
+            if if_none_match.strip() != "*":
+                raise InvalidArgument('If-None-Match takes only "*" here (the target must not be open yet)')
+            if if_match is not None:
+                raise InvalidArgument("send If-Match or If-None-Match, not both")
+            return cls(absent=True)
+        if if_match is None:
+            return cls()
+        if if_match.strip() == "*":
+            return cls(any_version=True, given=True)
+        items = [item.strip() for item in if_match.split(",")]
+        if not all(re.fullmatch(r'(W/)?"[\x21\x23-\x7e]*"', item) for item in items):
+            raise InvalidArgument('If-Match must be "*" or ETags as GET .../config answered them, e.g. "3f2a..."')
+        return cls(etags=tuple(m[1] for item in items if (m := _ETAG.fullmatch(item))), given=True)
+
+    def allows(self, etag: str | None) -> bool:
+        """Whether a target whose configuration has version `etag` (None: not open) meets this precondition."""
+        if self.absent:
+            return etag is None
+        if not self.given:
+            return True
+        return etag is not None and (self.any_version or etag in self.etags)
+
+
+# A write that expects nothing of the stored version.
+UNCONDITIONAL = Precondition()
+
+
+def _json_object(raw_body: bytes | None) -> dict:
     if not raw_body or len(raw_body) > MAX_BODY_BYTES:
         raise InvalidArgument(f"the body must be a JSON object of at most {MAX_BODY_BYTES} bytes")
     try:
@@ -128,9 +181,55 @@ def parse_config(raw_body: bytes | None) -> TargetConfig:
         raise InvalidArgument("the body is nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidArgument("the body must be a JSON object")
-    unknown = sorted(set(body) - set(_LIMITS) - set(_TIMES) - set(_TEXTS) - set(_FLAGS) - {"originSlo"})
+    return body
+
+
+def parse_config(raw_body: bytes | None) -> TargetConfig:
+    """The configuration a PUT body describes; InvalidArgument for anything malformed, unknown or out of range."""
+    return config_of(_json_object(raw_body))
+
+
+def parse_patch(raw_body: bytes | None) -> dict:
+    """A PATCH body: a JSON Merge Patch of the configuration, naming known fields only (checked in full once
+    merged, by `merge_patch`)."""
+    patch = _json_object(raw_body)
+    _refuse_unknown(patch)
+    slo = patch.get("originSlo")
+    if isinstance(slo, dict) and set(slo) - set(_SLO):
+        raise InvalidArgument(f"originSlo takes only {', '.join(_SLO)}")
+    return patch
+
+
+def merge_patch(own: TargetConfig, patch: dict) -> TargetConfig:
+    """`own` with `patch` merged in (RFC 7396: a null removes a field, an object merges into the object it
+    names), validated as a PUT body. An originSlo left without objectives is removed: the pump stops following."""
+    merged = _merged(own.to_body(), patch)
+    if merged.get("originSlo") == {}:
+        del merged["originSlo"]
+    return config_of(merged)
+
+
+def _merged(current: object, patch: object) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(current) if isinstance(current, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = _merged(result.get(name), value)
+    return result
+
+
+def _refuse_unknown(body: dict) -> None:
+    unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise InvalidArgument(f"unknown fields: {', '.join(unknown)[:200]}")
+
+
+def config_of(body: dict) -> TargetConfig:
+    """The configuration a JSON object describes in the API's spelling; InvalidArgument as `parse_config`."""
+    _refuse_unknown(body)
     values: dict[str, Any] = {}  # each value checked against its field below
     for api_name, (name, lowest, highest) in _LIMITS.items():
         if api_name in body:

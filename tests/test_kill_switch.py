@@ -233,7 +233,7 @@ def test_an_operator_reconfiguring_a_target_keeps_its_flag_mark(make_room, flags
     room.configure(DROP, parse_config(b'{"batch": 5}'))
     sync(extension_event(OFF), lambda: room.store, never_read)
     room.configure(DROP, parse_config(b'{"batch": 7}'))
-    assert room.config(DROP)["config"] == {"batch": 7}
+    assert room.config(DROP).body["config"] == {"batch": 7}
     assert room.enter(DROP, "1").status == "DIRECT_ADMITTED"
 
 

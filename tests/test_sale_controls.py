@@ -187,7 +187,7 @@ def test_the_shops_sold_out_header_marks_the_target_sold_out_and_the_token_it_an
     assert counted(capsys.readouterr().out, "SoldOutByShop") == [
         {"target": "limited-drop:42", "service": "virtual-queue"}
     ]
-    assert room.config(DROP)["config"] == {"soldOut": True}
+    assert room.config(DROP).body["config"] == {"soldOut": True}
     assert room.status(DROP, "2", tickets[2]).status == "SOLD_OUT"
     with pytest.raises(QueueSoldOut):
         room.enter(DROP, "3")
