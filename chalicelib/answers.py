@@ -129,6 +129,7 @@ class QueueFigures:
     not_invited: int  # enters refused by an invite-only target
     allowed_batch: float | None  # users per tick the shop's health allows (originSlo), if adjusted
     purchases: list[shop_health.Purchase]  # the latest forwarded purchases, newest first
+    last_tick_ms: int | None = None  # start of the last tick the pump applied to the target (None: none yet)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from chalicelib.answers import (
     OtherEntry,
     Place,
     PreQueued,
+    QueueFigures,
     SoldOut,
     SwitchedOff,
     Unknown,
@@ -48,6 +49,10 @@ from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner
 # Polls that found their user still waiting: beside the pump's ticks, what tells a stalled pump from an idle one
 # (the PumpStalledAlarm, docs/alarms.md).
 WAITING_POLLS = Tally("WaitingPolls", every_s=30)
+# Users wait and the pump has applied no tick to their line for this many tick lengths (at least MIN_STALL_MS):
+# the line is not moving. The pump's runs start a minute apart, each ticking until shortly before its end.
+STALLED_TICKS = 3
+MIN_STALL_MS = 10_000
 # How often a PATCH reads and merges again when others keep changing the configuration between its read and its write.
 PATCH_ATTEMPTS = 5
 
@@ -231,6 +236,7 @@ class WaitingRoom:
         histogram = figures.wait_histogram
         waited = sum(histogram.values())
         body = {
+            "state": self._state(figures, now_ms),
             "waitingCount": figures.waiting,
             "preQueuedCount": figures.pre_queued,
             "admittedCount": figures.admitted,
@@ -238,6 +244,7 @@ class WaitingRoom:
             "admissionRatePerSec": round(figures.measured_rate or 0.0, 3),
             "avgWaitSeconds": round(figures.wait_ms / waited / 1000, 3) if waited else None,
             "p95WaitSeconds": _rounded(waits.percentile(histogram, 0.95)),
+            "waitsMeasured": waited,
             "leftCount": figures.left,
             "evictedCount": figures.evicted,
             "soldOutReleasedCount": figures.sold_out_released,
@@ -245,7 +252,7 @@ class WaitingRoom:
             "notInvitedCount": figures.not_invited,
             "configuredRatePerSec": _rounded(self._batch(figures.config) * 1000 / self._tick_ms(figures.config)),
             "effectiveRatePerSec": _rounded(self._effective_rate(figures)),
-            "shop": shop_health.health(figures.purchases, now_ms),
+            "recentShop": shop_health.health(figures.purchases, now_ms),
             "config": self._effective(figures.config),
         }
         if figures.draw.get("state") == "done":
@@ -346,6 +353,25 @@ class WaitingRoom:
 
     def _tick_ms(self, own: TargetConfig) -> int:
         return own.tick_ms or self.defaults.tick_ms
+
+    def _state(self, figures: QueueFigures, now_ms: int) -> str:
+        """The line's state as operators name it (docs/operations.md#the-states-of-a-line): the first that holds of
+        SOLD_OUT, PAUSED, SCHEDULED (before opensAt), CLOSED (past closesAt), IDLE (nobody waiting), ADMITTING
+        (the pump applied a tick lately), WAITING (users wait and no tick came: is the pump running?)."""
+        own = figures.config
+        if own.sold_out:
+            return "SOLD_OUT"
+        if own.paused:
+            return "PAUSED"
+        if own.opens_at_ms is not None and now_ms < own.opens_at_ms:
+            return "SCHEDULED"
+        if own.closes_at_ms is not None and now_ms >= own.closes_at_ms:
+            return "CLOSED"
+        if figures.waiting + figures.pre_queued == 0:
+            return "IDLE"
+        quiet_ms = max(STALLED_TICKS * self._tick_ms(own), MIN_STALL_MS)
+        ticking = figures.last_tick_ms is not None and now_ms - figures.last_tick_ms <= quiet_ms
+        return "ADMITTING" if ticking else "WAITING"
 
     def _effective_rate(self, figures) -> float:
         """Admissions per second the pump is held to now: none paused or sold out, less than configured while the

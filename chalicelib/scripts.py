@@ -112,9 +112,11 @@ CONTRACTS: dict[str, Contract] = {
         reporting=True,
     ),
     "stats": Contract(
-        keys=("waiting", "mark", "stats", "waits", "prequeue", "active", "config", "draw", "health", "purchases"),
+        keys=("waiting", "mark", "stats", "waits", "prequeue", "active", "config", "draw", "health", "purchases",
+              "tick"),
         args=("now_ms",),
-        reply=("waiting", "pre_queued", "active", "stats", "waits", "config", "draw", "health", "purchases"),
+        reply=("waiting", "pre_queued", "active", "stats", "waits", "config", "draw", "health", "purchases",
+               "last_tick_ms"),
     ),
     "configure": Contract(
         keys=("config", "events", "stats"),

@@ -59,12 +59,13 @@ class Purchase:
 
 
 def health(purchases: list[Purchase], now_ms: int, window_ms: int = FollowRules.window_ms) -> dict:
-    """What operators see of the shop: p95 latency and error share of the purchases it answered within the window
-    (what the pump judges, but for the hold after a cut)."""
+    """What operators see of the shop (stats' `recentShop`): p95 latency and error share of the purchases it
+    answered within the last `window_ms` (what the pump judges, but for the hold after a cut)."""
     recent = [p for p in purchases if p.sent_ms + p.latency_ms > now_ms - window_ms]
     latencies = sorted(p.latency_ms for p in recent)
     failed = sum(not p.ok for p in recent)
     return {
+        "windowSeconds": window_ms / 1000,
         "purchases": len(recent),
         "p95Ms": latencies[math.ceil(0.95 * len(recent)) - 1] if recent else None,
         "errorRate": round(failed / len(recent), 3) if recent else None,

@@ -306,6 +306,7 @@ class QueueStore:
             draw=k.draw,
             health=k.health,
             purchases=k.purchases,
+            tick=k.tick,
             now_ms=now_ms,
         )
         reply = self._stats.read(self._guarded(self._stats.run, keys, args))
@@ -329,6 +330,7 @@ class QueueStore:
             not_invited=counters.get("not_invited", 0),
             allowed_batch=float(health["batch"]) if "batch" in health else None,
             purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
+            last_tick_ms=int(reply.last_tick_ms) if reply.last_tick_ms else None,
         )
 
     def config(self, target: Target) -> tuple[TargetConfig, str] | None:

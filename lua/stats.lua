@@ -11,12 +11,13 @@
 -- KEYS[8] draw        hash: the opening draw's record
 -- KEYS[9] health      hash: `batch`, users per tick the shop's health allows (adjust_rate.lua)
 -- KEYS[10] purchases  list of the latest forwarded purchases, 'sent at (ms):latency (ms):ok (1|0)', newest first
+-- KEYS[11] tick       start time (ms) of the last tick the pump applied (admit.lua)
 -- ARGV[1] now_ms  now (ms)
--- Returns {waiting, pre_queued, active, stats, waits, config, draw, health, purchases}: users waiting not yet
--- admitted, pre-queued, active (admitted ones still collecting, and live unused tokens), then as lists: stats
--- field, value, ...; wait bucket, count, ...; config field, value, ...; draw field, value, ...; health field,
--- value, ...; and the purchases, newest first.
-local waiting, mark, stats, waits, prequeue, active, config, draw, health, purchases = unpack(KEYS)
+-- Returns {waiting, pre_queued, active, stats, waits, config, draw, health, purchases, last_tick_ms}: users waiting
+-- not yet admitted, pre-queued, active (admitted ones still collecting, and live unused tokens), then as lists:
+-- stats field, value, ...; wait bucket, count, ...; config field, value, ...; draw field, value, ...; health
+-- field, value, ...; the purchases, newest first; and the last applied tick's start (ms; false: none).
+local waiting, mark, stats, waits, prequeue, active, config, draw, health, purchases, tick = unpack(KEYS)
 local now_ms = unpack(ARGV)
 local mark_text = redis.call('GET', mark) or '0'
 return {
@@ -29,4 +30,5 @@ return {
   redis.call('HGETALL', draw),
   redis.call('HGETALL', health),
   redis.call('LRANGE', purchases, 0, -1),
+  redis.call('GET', tick),
 }

@@ -82,7 +82,7 @@ def test_slow_purchases_cut_the_rate_by_how_far_over_the_objective_they_are(room
     assert result.per_tick == pytest.approx(allowed(room, client))  # what this tick (and any made up for) admitted at
     stats = room.stats(DROP)
     assert stats["configuredRatePerSec"] == 100 and stats["effectiveRatePerSec"] / 10 == cut_to(0.5)
-    assert stats["shop"] == {"purchases": AT_THE_RATE, "p95Ms": 2500, "errorRate": 0.0}
+    assert stats["recentShop"] == {"windowSeconds": 3.0, "purchases": AT_THE_RATE, "p95Ms": 2500, "errorRate": 0.0}
 
 
 def test_past_the_headroom_the_rate_is_cut_before_the_objective_is_missed(room, client):
@@ -353,15 +353,16 @@ def test_the_gate_notes_latency_outcome_and_orders(make_room, origin, client):
     assert [p.ok for p in notes] == [True, False, True]  # newest first: a 5xx is an error, a 409 is not
     assert all(p.latency_ms >= 50 for p in notes)
     stats = room.stats(DROP)
-    assert stats["ordersCount"] == 1 and stats["shop"]["purchases"] == 3 and stats["shop"]["errorRate"] == 0.333
+    shop = stats["recentShop"]
+    assert stats["ordersCount"] == 1 and shop["purchases"] == 3 and shop["errorRate"] == 0.333
 
 
 def test_health_judges_only_the_window():
     now = 100_000
     # Judged by when the shop answered: sent 4 s ago but answered 1 s ago is recent.
     purchases = [Purchase(now - 1000, 30, True), Purchase(now - 4000, 3000, False), Purchase(now - 60_000, 5000, False)]
-    assert health(purchases, now) == {"purchases": 2, "p95Ms": 3000, "errorRate": 0.5}
-    assert health([], now) == {"purchases": 0, "p95Ms": None, "errorRate": None}
+    assert health(purchases, now) == {"windowSeconds": 3.0, "purchases": 2, "p95Ms": 3000, "errorRate": 0.5}
+    assert health([], now) == {"windowSeconds": 3.0, "purchases": 0, "p95Ms": None, "errorRate": None}
 
 
 @pytest.mark.parametrize(
