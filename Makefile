@@ -5,18 +5,31 @@ BIN := $(VENV)/bin
 
 .PHONY: run simulate test test-fast lint package clean
 
-# checkov pins its own boto3, older than the functions': it gets a virtualenv of its own (tests/test_stack_hygiene.py).
-$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-checkov.txt
+# Two install steps: `make run` needs only the runtime (requirements-run.txt: the functions' dependencies, Chalice's
+# local server, an embedded Valkey) and the operator CLI, `vq`; every other target adds the development toolchain.
+# The CLI is installed from pyproject.toml in editable mode, so .venv/bin/vq runs this checkout's infra/vq/.
+$(VENV)/.run-installed: requirements.txt requirements-run.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-run.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+# checkov pins its own boto3, older than the functions': it gets a virtualenv of its own (tests/test_stack_hygiene.py).
+$(VENV)/.installed: $(VENV)/.run-installed requirements-dev.txt requirements-checkov.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
-## Start the whole waiting room locally on embedded defaults (Ctrl-C stops all of it). EMF metric lines
-## would only flood the terminal here, so they are off unless POWERTOOLS_METRICS_DISABLED says otherwise.
-run: $(VENV)/.installed
-	POWERTOOLS_METRICS_DISABLED=$${POWERTOOLS_METRICS_DISABLED:-true} $(BIN)/python infra/local/stack.py
+## Start the whole waiting room locally on embedded defaults (Ctrl-C stops all of it). Options: PORT (the API's;
+## the demo shop takes the next), STOCK (units per drop or event in the demo shop), VERBOSE=1 (request logs on the
+## terminal rather than in build/local/api.log). EMF metric lines would only flood the log, so they are off unless
+## POWERTOOLS_METRICS_DISABLED says otherwise.
+PORT ?= $(or $(VQ_LOCAL_PORT),8000)
+STOCK ?= 100
+run: $(VENV)/.run-installed
+	@POWERTOOLS_METRICS_DISABLED=$${POWERTOOLS_METRICS_DISABLED:-true} $(BIN)/python infra/local/stack.py \
+		--port $(PORT) --stock $(STOCK) $(if $(VERBOSE),--verbose)
 
 ## A flash sale on the local stack: 5,000 users in a burst; report and plot in build/simulation/ (SIMULATE_ARGS="--help").
 simulate: $(VENV)/.installed
@@ -74,4 +87,4 @@ package: $(VENV)/.installed
 	$(BIN)/python infra/package.py --stage $(STAGE) build
 
 clean:
-	rm -rf $(VENV) build .pytest_cache
+	rm -rf $(VENV) build .pytest_cache *.egg-info

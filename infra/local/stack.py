@@ -8,9 +8,11 @@ that ignores SIGINT). If the API or the embedded Valkey dies, it says which and 
 `LocalStack` does the same for the browser test and the simulator.
 
 Options: `--port` (the API's; default VQ_LOCAL_PORT or 8000), `--shop-port` (default: the API's + 1),
-`--stock` (units per drop or event in the demo shop), `--workers` (the API's processes). `VQ_IDENTITY=jwt`
-without keys of its own (VQ_JWKS, VQ_JWKS_URL) runs the shoppers' routes in jwt mode against a throwaway identity
-provider whose sign-in the demo shop serves (infra/local/dev_login.py).
+`--stock` (units per drop or event in the demo shop), `--workers` (the API's processes), `--verbose` (the API's
+request and log lines on the terminal; else they go to build/local/api.log, so the banner stays in view).
+`make run PORT=... STOCK=... VERBOSE=1` passes them. `VQ_IDENTITY=jwt` without keys of its own (VQ_JWKS,
+VQ_JWKS_URL) runs the shoppers' routes in jwt mode against a throwaway identity provider whose sign-in the demo
+shop serves (infra/local/dev_login.py).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ from infra.local.demo_shop import DemoShop, ShopProcess  # noqa: E402
 from infra.local.dev_login import DevLogin  # noqa: E402
 
 DEFAULT_STOCK = 100
+API_LOG = ROOT / "build" / "local" / "api.log"
+# What tells that the API is up: an operator route that answers 200 (a 4xx would read as an error in its log).
+READY_PATH = "/virtual-queues"
 
 
 class _Stopped(Exception):
@@ -155,7 +160,7 @@ class LocalStack:
             stdout=self.api_output,
             stderr=None if self.api_output is None else subprocess.STDOUT,
         )
-        wait_until_up(self.api_url + "/virtual-queues/limited-drop/1/entries/me", self.api)
+        wait_until_up(self.api_url + READY_PATH, self.api)
 
     def stop(self) -> None:
         """Stop everything that was started (safe to call twice)."""
@@ -185,26 +190,26 @@ class LocalStack:
             return "the embedded Valkey stopped: the queue's state is gone"
         return None
 
-    def describe(self) -> str:
-        """Where to look, for a person at the terminal."""
+    def describe(self, log: Path | None = None) -> str:
+        """Where to look, for a person at the terminal (`log`: where the API's request lines go)."""
         s = self.settings
-        page = f"{self.api_url}/waiting-room/limited-drop/1"
-        who = "(?user=42 picks the user; each browser keeps its own)"
+        who = "?user=42 picks the user"
         if s.jwt is not None:
-            who = "(jwt mode: the demo shop's sign-in hands the page a JWT)"
-        return (
-            "\nvirtual-queue is running:\n"
-            f"  Waiting room  {page}   {who}\n"
-            f"  Console       {self.api_url}/console?watch=limited-drop/1   "
-            "(operators: live charts, pause, rate, sold out)\n"
-            f"  API           {self.api_url}   e.g. curl -X POST -H 'X-User-Id: 1' "
-            f"{self.api_url}/virtual-queues/limited-drop/1/entries\n"
-            f"  Shop orders   {self.shop.url}/orders   ({self.stock} per drop or event, one per user)\n"
-            f"  Redis         {self.env['REDIS_URL']}{'  (embedded Valkey)' if self.valkey else ''}\n"
-            f"  Pump          admitting {s.batch_size} every {s.tick_ms} ms per target\n"
-            f"  Events        {s.events_file or 'off (VQ_EVENTS_FILE)'}   (state changes, one JSON line each)\n"
-            "Ctrl-C stops everything.\n"
-        )
+            who = "jwt mode: the demo shop's sign-in hands the page a JWT"
+        rows = [
+            ("Waiting room", f"{self.api_url}/waiting-room/limited-drop/1", who),
+            ("Console", f"{self.api_url}/console?watch=limited-drop/1", "operators: live charts, pause, rate"),
+            ("Operator CLI", f".venv/bin/vq --api {self.api_url} watch limited-drop/1", "docs/operations.md"),
+            ("API", self.api_url, "docs/api.md"),
+            ("Shop orders", f"{self.shop.url}/orders", f"{self.stock} per drop or event, one per user: STOCK=N"),
+            ("Redis", self.env["REDIS_URL"], "embedded Valkey" if self.valkey else ""),
+            ("Pump", f"admitting {s.batch_size} every {s.tick_ms} ms per target", ""),
+            ("Events", _shown(s.events_file) if s.events_file else "off (VQ_EVENTS_FILE)", "one JSON line each"),
+            ("Request logs", _shown(log) if log else "on this terminal", "VERBOSE=1 shows them here" if log else ""),
+        ]
+        width = max(len(value) for _, value, _ in rows)
+        lines = [f"  {name:<13} {value:<{width}}   {note}".rstrip() for name, value, note in rows]
+        return "\nvirtual-queue is running:\n\n" + "\n".join(lines) + "\n\nCtrl-C stops everything.\n"
 
     def _pump_loop(self) -> None:
         # The local stand-in for the EventBridge schedule: one run after another (each ends after the run
@@ -220,6 +225,11 @@ class LocalStack:
     def _pump_sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):
             raise _Stopped
+
+
+def _shown(path: Path) -> str:
+    """`path` as a person at this terminal would type it: relative to where they are, if below it."""
+    return os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path)
 
 
 def free_port() -> int:
@@ -255,18 +265,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shop-port", type=int, help="the demo shop's port (default: the API's + 1)")
     parser.add_argument("--stock", type=int, default=DEFAULT_STOCK, help="units per drop or event in the demo shop")
     parser.add_argument("--workers", type=int, help="the API's worker processes (default: two per core)")
+    parser.add_argument("--verbose", action="store_true", help=f"request logs here, not in {API_LOG}")
     args = parser.parse_args(argv)
     # Both, explicitly: a shell script that starts this in the background makes it ignore SIGINT.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     # The state-change events go to a file (deployed: EventBridge); an empty VQ_EVENTS_FILE turns them off.
     os.environ.setdefault("VQ_EVENTS_FILE", str(ROOT / "build" / "events.jsonl"))
+    log = None if args.verbose else _quiet_log()
     stack = LocalStack(
-        api_port=args.port, shop_port=args.shop_port or args.port + 1, stock=args.stock, api_workers=args.workers
+        api_port=args.port,
+        shop_port=args.shop_port or args.port + 1,
+        stock=args.stock,
+        api_workers=args.workers,
+        api_output=log,
     )
     try:
         stack.start()
-        print(stack.describe(), flush=True)
+        print(stack.describe(Path(log.name) if log else None), flush=True)
         while (failure := stack.failure()) is None:
             time.sleep(0.5)
         print(f"stopping: {failure}", file=sys.stderr, flush=True)
@@ -279,7 +295,19 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         stack.stop()
+        if log is not None:
+            log.close()
         print("stopped.", flush=True)
+
+
+def _quiet_log() -> IO:
+    """A fresh build/local/api.log for the API's request lines and the pump's log lines (this process's)."""
+    from chalicelib.observability import logger
+
+    API_LOG.parent.mkdir(parents=True, exist_ok=True)
+    log = open(API_LOG, "w", buffering=1)  # noqa: SIM115 (open until the stack stops)
+    logger.registered_handler.setStream(log)
+    return log
 
 
 if __name__ == "__main__":
