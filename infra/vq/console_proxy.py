@@ -45,7 +45,7 @@ MAX_BODY_BYTES = 16_384
 def serve_console(api: OperatorApi, port: int = 0, open_browser: bool = True, watched: list[str] = ()) -> None:
     """Open the console: through a signing proxy on 127.0.0.1:`port` until Ctrl-C when `api` signs, else
     directly."""
-    query = urlencode([("watch", name) for name in watched])
+    query = urlencode([("watch", name) for name in watched], safe="/")
     if not api.signs:
         address = f"{api.base}/console" + (f"?{query}" if query else "")
         print(f"The console (nothing to sign here): {address}", flush=True)
@@ -54,7 +54,8 @@ def serve_console(api: OperatorApi, port: int = 0, open_browser: bool = True, wa
         return
     server = console_proxy(api, port)
     host, bound = server.server_address[:2]
-    address = f"http://{host}:{bound}/console?" + urlencode([("key", server.key), *[("watch", w) for w in watched]])
+    query = urlencode([("key", server.key), *[("watch", w) for w in watched]], safe="/")
+    address = f"http://{host}:{bound}/console?{query}"
     print(f"The console of {api.base}, signed as you, at:\n  {address}\nCtrl-C stops the proxy.", flush=True)
     if open_browser:
         webbrowser.open(address)
@@ -87,11 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._forward()
 
-    def do_PATCH(self) -> None:
-        self._forward()
-
-    def do_PUT(self) -> None:
-        self._forward()
+    # Every method gets the same checks; only the console's are forwarded.
+    do_PATCH = do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
 
     def log_message(self, format: str, *args: object) -> None:  # the base class's name for it
         status = args[1] if len(args) > 1 else ""
@@ -108,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
         key = dict(query).get("key")
         if key is not None and hmac.compare_digest(key, self.server.key):
             # The printed address: trade its key for a cookie, and drop it from the address bar and history.
-            rest = urlencode([(k, v) for k, v in query if k != "key"])
+            rest = urlencode([(k, v) for k, v in query if k != "key"], safe="/")
             self.send_response(303)
             self.send_header("Location", parts.path + (f"?{rest}" if rest else ""))
             self.send_header("Set-Cookie", f"{COOKIE}={self.server.key}; HttpOnly; SameSite=Strict; Path=/")
