@@ -1,7 +1,7 @@
 """The web pages: the waiting room shoppers see (static/waiting-room.html with its script waiting-room.js, in
-Korean or English) and the operator console (static/console.html). Each is served as one HTML document with
-its script inline, filled in per request, with a Content-Security-Policy that lets exactly that script run
-(docs/pages.md: security headers)."""
+Korean or English) and the operator console (static/console.html with its script console.js). Each is served as
+one HTML document with its script inline, filled in per request, with a Content-Security-Policy that lets
+exactly that script run (docs/pages.md: security headers)."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def service_worker() -> str:
 def console(page_path: str, queues_path: str) -> Page:
     """The operator console served at `page_path`; it reads and steers the targets under `queues_path`."""
     config = {"queues": _relative(page_path, queues_path), "types": list(TARGET_TYPES)}
-    return _template("console.html").fill({}, {"CONFIG": _script_json(config)})
+    return _template("console.html", "console.js").fill({}, {"CONFIG": _script_json(config)})
 
 
 @functools.cache

@@ -1,6 +1,8 @@
-"""The operator console in Chromium, beside a shopper's waiting room: it lists the target with live charts, and
-its controls steer the sale through the config API (rate, pause and resume, sold out) while the shopper's page
-follows by polling alone. Fixtures and checks: tests/support/browser.py."""
+"""The operator console in Chromium, beside a shopper's waiting room: it lists the targets (those with people in
+line first, then by id as a number) with their state and live charts on time axes, filters them, and its
+controls steer the sale through PATCH .../config (rate in people per second, pause and resume, sold out),
+from the keyboard too, while the shopper's page follows by polling alone. Fixtures and checks:
+tests/support/browser.py."""
 
 import re
 
@@ -53,13 +55,19 @@ def test_console_charts_a_live_sale_and_sets_the_rate(shopper, stack, target_id)
     expect(card.locator(".figures")).to_contain_text(re.compile(r"configured\s*2/s"))
     shopper.shot("console", readme="desktop")
 
-    card.locator("[data-field=batch]").fill("3")
-    card.locator("[data-field=tickMs]").fill("1000")
+    # Charts on time axes, with units.
+    expect(card.locator("[data-chart=waiting] .unit")).to_have_text("people")
+    expect(card.locator("[data-chart=admitted] .unit")).to_have_text("people/s")
+    expect(card.locator("[data-chart=waiting] .x .to")).to_contain_text("(now)")
+    expect(card.locator("[data-chart=waiting] .x .from")).to_have_text(re.compile(r"\d{1,2}:\d{2}:\d{2}"))
+
+    card.locator("[data-field=rate]").fill("3")
+    expect(card.locator("[data-hint=rate]")).to_have_text("6 every 2000 ms")
     card.locator("[data-action=rate]").click()
     expect(card.locator(".result")).to_contain_text("Saved")
     status, body = http("GET", stack.queue(target_id, "/config"))
     # The control changed the rate and kept the rest of the target's own configuration.
-    assert body["config"] == {"batch": 3, "tickMs": 1000, "displayName": "Air Runner 90"}
+    assert body["config"] == {"batch": 6, "tickMs": 2000, "displayName": "Air Runner 90"}
     expect(card.locator(".figures")).to_contain_text(re.compile(r"configured\s*3/s"))
 
 
@@ -115,3 +123,65 @@ def test_console_marks_the_sale_sold_out_and_the_shopper_hears_it(shopper, stack
     expect(card.locator(".badges")).not_to_contain_text("sold out")
     status, _ = http("POST", stack.queue(target_id, "/entries"), {"X-User-Id": "78"})
     assert status == 200
+
+
+def test_console_sorts_busy_lines_first_then_by_number_filters_and_works_from_the_keyboard(shopper, stack):
+    page = shopper.page
+    ids = (9, 10, 124_740)
+    for target_id in ids:
+        stack.configure(target_id, batch=1, tickMs=1000, maxWaiting=500, displayName=f"Drop {target_id}")
+    stack.enter(124_740, 1)  # the only one with people in line
+    page.goto(f"{stack.url}/console?" + "&".join(f"watch=limited-drop/{i}" for i in (10, 124_740, 9)))
+    cards = page.locator("section.target")
+    for target_id in ids:
+        expect(page.locator(f"section.target[data-target='limited-drop/{target_id}']")).to_be_visible(timeout=10_000)
+    mine = [f"limited-drop/{i}" for i in ids]
+    page.wait_for_function(
+        "(mine) => { const order = [...document.querySelectorAll('section.target')].map((c) => c.dataset.target)"
+        ".filter((t) => mine.includes(t)); return order.join() === ['limited-drop/124740', 'limited-drop/9',"
+        " 'limited-drop/10'].join(); }",
+        arg=mine,
+        timeout=10_000,
+    )
+    # States as the queue knows them: people wait and no pump ticks here (the test ticks), the others are idle.
+    expect(page.locator("section.target[data-target='limited-drop/124740'] .state")).to_contain_text("waiting")
+    expect(page.locator("section.target[data-target='limited-drop/9'] .state")).to_have_text("idle")
+
+    # "/" jumps to the filter; a word of a target's name, id or state keeps only the targets that have it.
+    page.locator("body").press("/")
+    expect(page.locator("#filter")).to_be_focused()
+    page.keyboard.type("idle")
+    expect(cards.filter(visible=True)).not_to_have_count(0)
+    for card in cards.filter(visible=True).all():
+        expect(card.locator(".state")).to_have_text("idle")
+    page.locator("#filter").fill("")
+    page.keyboard.type("limited-drop/9")
+    expect(cards.filter(visible=True)).to_have_count(1)
+    nine = page.locator("section.target[data-target='limited-drop/9']")
+    expect(nine).to_be_visible()
+    shopper.shot("console-filtered")
+
+    # From the filter, Tab reaches the shown card's rate; Enter there saves it with a PATCH of the rate alone.
+    for _ in range(12):
+        page.keyboard.press("Tab")
+        if nine.locator("[data-field=rate]").evaluate("(el) => el === document.activeElement"):
+            break
+    expect(nine.locator("[data-field=rate]")).to_be_focused()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("0.5")
+    page.keyboard.press("Enter")
+    expect(nine.locator(".result")).to_contain_text("Saved")
+    assert http("GET", stack.queue(9, "/config"))[1]["config"] == {
+        "batch": 1,
+        "tickMs": 2000,
+        "maxWaiting": 500,
+        "displayName": "Drop 9",
+    }
+    # Shift+Tab back to Pause (a button: Space presses it).
+    for _ in range(6):
+        page.keyboard.press("Shift+Tab")
+        if nine.locator("[data-action=pause]").evaluate("(el) => el === document.activeElement"):
+            break
+    page.keyboard.press("Space")
+    expect(nine.locator(".state")).to_have_text("paused")
+    assert http("GET", stack.queue(9, "/config"))[1]["config"]["paused"] is True
