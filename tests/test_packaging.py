@@ -95,9 +95,13 @@ def test_package_holds_c_extensions_built_for_the_lambda_runtime(package, extens
 
 
 @pytest.mark.slow
-def test_package_holds_the_waiting_room_page(package):
-    page = "chalicelib/static/waiting-room.html"
-    assert zipfile.ZipFile(package).read(page) == (ROOT / page).read_bytes()
+def test_package_holds_the_pages_and_not_the_operator_cli(package):
+    for page in ("waiting-room.html", "waiting-room.js", "console.html", "console.js"):
+        path = f"chalicelib/static/{page}"
+        assert zipfile.ZipFile(package).read(path) == (ROOT / path).read_bytes()
+    # vq (infra/vq/) is the operator's tool: the functions neither import nor ship it.
+    names = zipfile.ZipFile(package).namelist()
+    assert not [name for name in names if name.startswith("infra/") or "/vq/" in name]
 
 
 @pytest.mark.slow
