@@ -8,6 +8,7 @@
   const queuesUrl = new URL(config.queues, location.href);
   const SAMPLE_MS = 1000;
   const KEEP = 300;  // samples per target: the last five minutes
+  const RATE_WINDOW_MS = 6000;
   // The tick lengths (ms) a rate is tried with, for a whole number of people per tick: the default first (vq's).
   const TICKS_FOR_A_RATE = [2000, 1000, 500, 5000, 10000, 30000, 60000];
   const STATES = {
@@ -148,7 +149,9 @@
       card.busy = false;
     }
     const at = Date.now();
-    const previous = card.samples[card.samples.length - 1];
+    // Rates over the last RATE_WINDOW_MS: the pump admits once a tick (2 s by default), so a rate between two
+    // samples a second apart would swing between 0 and twice the rate.
+    const previous = card.samples.find((s) => at - s.at <= RATE_WINDOW_MS) || card.samples[card.samples.length - 1];
     const perSecond = (counter) => {
       if (!previous) return null;
       return Math.max(0, (counter(stats) - counter(previous.stats)) / ((at - previous.at) / 1000));
@@ -261,7 +264,7 @@
     chart(node, "waiting", [["waiting", "var(--blue)"], ["preQueued", "var(--violet)"]], samples, number.format(last.waiting));
     chart(node, "admitted", [["admitted", "var(--blue)"], ["configured", "var(--soft)"], ["effective", "var(--amber)"]], samples, rate(last.admitted));
     chart(node, "orders", [["orders", "var(--green)"], ["configured", "var(--soft)"], ["effective", "var(--amber)"]], samples, rate(last.orders));
-    chart(node, "p95", [["p95", "var(--violet)"]], samples, last.p95 == null ? "none measured yet" : `${number.format(last.p95)} s`);
+    chart(node, "p95", [["p95", "var(--violet)"]], samples, last.p95 == null ? "–" : `${number.format(last.p95)} s`);
     applyFilter();
   }
 
