@@ -56,7 +56,7 @@ endif
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not slow and not faults and not cluster" $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
 
-## Static checks: ruff (lint and format) on all the Python, mypy on app.py and chalicelib/ (a typed package).
+## Static checks: ruff (lint and format) on all the Python, mypy on app.py, chalicelib/ (a typed package) and infra/vq/.
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

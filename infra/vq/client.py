@@ -8,6 +8,7 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 # https://{api-id}.execute-api.{region}.amazonaws.com (a private API: ...execute-api.{region}.vpce.amazonaws.com)
@@ -28,7 +29,7 @@ class ApiError(Exception):
 class Answer:
     status: int
     headers: dict[str, str]
-    body: object
+    body: Any  # the answer's JSON
 
 
 def signing_region(url: str, region: str | None = None) -> str | None:
@@ -98,6 +99,7 @@ class OperatorApi:
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
+        assert self.region is not None  # only an API that signs signs
         request = AWSRequest(method=method, url=url, data=data or b"", headers=headers)
         SigV4Auth(self.credentials(), "execute-api", self.region).add_auth(request)
         return dict(request.headers.items())

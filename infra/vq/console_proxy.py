@@ -16,6 +16,7 @@ import re
 import secrets
 import sys
 import webbrowser
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -42,7 +43,7 @@ _FORWARDED_ANSWER_HEADERS = (
 MAX_BODY_BYTES = 16_384
 
 
-def serve_console(api: OperatorApi, port: int = 0, open_browser: bool = True, watched: list[str] = ()) -> None:
+def serve_console(api: OperatorApi, port: int = 0, open_browser: bool = True, watched: Sequence[str] = ()) -> None:
     """Open the console: through a signing proxy on 127.0.0.1:`port` until Ctrl-C when `api` signs, else
     directly."""
     query = urlencode([("watch", name) for name in watched], safe="/")
@@ -53,9 +54,8 @@ def serve_console(api: OperatorApi, port: int = 0, open_browser: bool = True, wa
             webbrowser.open(address)
         return
     server = console_proxy(api, port)
-    host, bound = server.server_address[:2]
     query = urlencode([("key", server.key), *[("watch", w) for w in watched]], safe="/")
-    address = f"http://{host}:{bound}/console?{query}"
+    address = f"http://127.0.0.1:{server.server_address[1]}/console?{query}"
     print(f"The console of {api.base}, signed as you, at:\n  {address}\nCtrl-C stops the proxy.", flush=True)
     if open_browser:
         webbrowser.open(address)
