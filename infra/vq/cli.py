@@ -56,18 +56,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    def command(name: str, run: Callable, help: str) -> argparse.ArgumentParser:
+    def command(name: str, run: Callable, help: str, target: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(run=run)
+        if target:
+            sub.add_argument("target", metavar="TARGET", type=_target, help="TYPE/ID, e.g. limited-drop/42")
         return sub
 
-    command("targets", _targets, "list the targets with users in line or in a pre-queue")
+    command("targets", _targets, "list the targets with users in line or in a pre-queue", target=False)
     sub = command("show", _show, "a target's settings: its own and those in force, and their version")
-    _target_arg(sub)
     sub.add_argument("--json", action="store_true", help="the API's answer as it is")
 
     sub = command("open", _open, "open a target for a sale (refused if it is open already: use vq set)")
-    _target_arg(sub)
     sub.add_argument("--at", metavar="ISO", help="opening time (ISO-8601 with a zone); users before it pre-queue")
     sub.add_argument("--closes", metavar="ISO", help="closing time: newcomers are refused from then on")
     sub.add_argument("--rate", help="admissions per second, e.g. 50 or 50/s or 3000/min (sets --batch and --tick-ms)")
@@ -87,36 +87,26 @@ def _parser() -> argparse.ArgumentParser:
         ("pause", {"paused": True}, "hold admissions; everyone keeps their place"),
         ("resume", {"paused": None}, "admit again at the rate, in the same order"),
     ):
-        sub = command(name, _patcher(change), text)
-        _target_arg(sub)
+        command(name, _patcher(change), text)
     sub = command("sold-out", _sold_out, "end the sale: users in line hear SOLD_OUT at their next poll")
-    _target_arg(sub)
     sub.add_argument("--clear", action="store_true", help="take sold out back: the line takes newcomers again")
     sub = command("close", _close, "close the line to newcomers (users in line are still admitted)")
-    _target_arg(sub)
     sub.add_argument("--at", metavar="ISO", help="when (default: now)")
     sub = command("set", _set, "change settings: key=value ... (value null removes; rate=50/s; originSlo.p95Ms=800)")
-    _target_arg(sub)
     sub.add_argument("settings", nargs="+", metavar="key=value")
     sub.add_argument("--if-match", metavar="ETAG", help="only if the settings are still this version (vq show)")
 
     sub = command("stats", _stats, "a target's live figures")
-    _target_arg(sub)
     sub.add_argument("--json", action="store_true", help="the API's answer as it is")
     sub = command("watch", _watch, "a live view of a target's figures (Ctrl-C ends it)")
-    _target_arg(sub)
     sub.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
     sub.add_argument("--count", type=int, help="stop after this many refreshes")
 
-    sub = command("console", _console, "open the operator console (deployed: through a local signing proxy)")
+    sub = command("console", _console, "open the operator console (deployed: through a local signing proxy)", False)
     sub.add_argument("--port", type=int, default=0, help="the proxy's port on 127.0.0.1 (default: a free one)")
     sub.add_argument("--no-browser", action="store_true", help="print the address; open no browser")
     sub.add_argument("--watch", metavar="TARGET", action="append", default=[], help="a target the console shows")
     return parser
-
-
-def _target_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="TARGET", type=_target, help="TYPE/ID, e.g. limited-drop/42")
 
 
 def _target(text: str) -> str:
