@@ -183,6 +183,9 @@ def test_every_output_and_resource_the_runbook_reads_is_in_the_template(template
     outputs = set(re.findall(r"\$\(out (\w+)\)", text)) | set(re.findall(r"`(\w+)` output", text))
     resources = set(re.findall(r"\$\(res (\w+)\)", text))
     alarms = set(re.findall(r"`(\w+Alarm)`", text))
+    listed = re.findall(r"stack parameters? ((?:`\w+`(?:,\s*)?)+)", text)
+    parameters = {name for names in listed for name in re.findall(r"`(\w+)`", names)}
+    assert "EnterLimitPerIp" in parameters and parameters <= set(template["Parameters"]), parameters
     assert outputs and resources and alarms
     assert outputs <= set(template["Outputs"]), outputs - set(template["Outputs"])
     assert resources <= set(template["Resources"]), resources - set(template["Resources"])
