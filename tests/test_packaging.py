@@ -182,7 +182,9 @@ def test_a_package_built_with_another_python_targets_its_runtime_and_serves(
     # The build's own virtualenv: the functions' dependencies (Chalice imports app.py) and Chalice.
     venv = tmp_path / "venv"
     subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
-    chalice = next(line for line in (ROOT / "requirements-dev.txt").read_text().splitlines() if "chalice" in line)
+    # Chalice's pin, from the local stack's requirements (what `make run` and `make package` use).
+    pins = (ROOT / "requirements-run.txt").read_text().splitlines()
+    chalice = next(line for line in pins if line.startswith("chalice"))
     subprocess.run(
         [
             str(venv / "bin" / "pip"),
