@@ -53,8 +53,9 @@ WAITING_POLLS = Tally("WaitingPolls", every_s=30)
 # the line is not moving. The pump's runs start a minute apart, each ticking until shortly before its end.
 STALLED_TICKS = 3
 MIN_STALL_MS = 10_000
-# How often a PATCH reads and merges again when others keep changing the configuration between its read and its write.
-PATCH_ATTEMPTS = 5
+# How often a PATCH reads and merges again when others keep changing the configuration between its read and its write:
+# among N writers at once, one loses at most N - 1 times.
+PATCH_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)

@@ -140,17 +140,22 @@ def test_concurrent_patches_of_different_fields_all_land(room):
     fields = [{"batch": 7}, {"tickMs": 700}, {"maxWaiting": 70}, {"maxActive": 7}, {"displayName": "seven"}]
     fields += [{"paused": True}, {"opensAt": "2030-01-01T00:00:00Z"}, {"originSlo": {"p95Ms": 700}}]
     start = threading.Barrier(len(fields))
+    refused = []
 
     def send(body):
-        patch_room = runtime.waiting_room()  # one container each
+        patch_room = runtime.waiting_room()
         start.wait()
-        patch_room.patch_config(DROP, parse_patch(json.dumps(body).encode()))
+        try:
+            patch_room.patch_config(DROP, parse_patch(json.dumps(body).encode()))
+        except Exception as err:  # reported below: a thread's exception would otherwise only be printed
+            refused.append(err)
 
     threads = [threading.Thread(target=send, args=(body,)) for body in fields]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert refused == []
     merged = {name: value for body in fields for name, value in body.items()}
     merged["opensAt"] = "2030-01-01T00:00:00.000Z"
     assert room.config(DROP).body["config"] == merged
