@@ -18,7 +18,7 @@ def test_a_line_is_idle_then_waiting_until_the_pump_ticks_then_admitting(room):
     room.configure(DROP, TargetConfig(batch=1, tick_ms=1000))
     assert room.stats(DROP)["state"] == "IDLE"
     for user in (1, 2):
-        room.enter(DROP, user)
+        room.enter(DROP, str(user))
     assert room.stats(DROP)["state"] == "WAITING"  # no tick has ever been applied: the pump is not running
     tick(room)
     assert room.stats(DROP)["state"] == "ADMITTING"
@@ -30,7 +30,7 @@ def test_a_line_is_idle_then_waiting_until_the_pump_ticks_then_admitting(room):
 
 def test_the_operators_settings_name_the_state_first(room):
     now_ms = int(time.time() * 1000)
-    room.enter(DROP, 1)
+    room.enter(DROP, "1")
     for config, state in [
         (TargetConfig(sold_out=True, paused=True), "SOLD_OUT"),
         (TargetConfig(paused=True), "PAUSED"),
@@ -43,12 +43,12 @@ def test_the_operators_settings_name_the_state_first(room):
 
 def test_wait_figures_say_how_many_waits_they_are_made_of(room):
     room.configure(DROP, TargetConfig(batch=5))
-    ticket = room.enter(DROP, 1).queue_ticket
+    ticket = room.enter(DROP, "1").queue_ticket
     tick(room)
     stats = room.stats(DROP)
     # Admitted, but the wait is measured when the user hears of it.
     assert (stats["admittedCount"], stats["waitsMeasured"], stats["avgWaitSeconds"]) == (1, 0, None)
-    assert room.status(DROP, 1, ticket).status == "ADMITTED"
+    assert room.status(DROP, "1", ticket).status == "ADMITTED"
     stats = room.stats(DROP)
     assert stats["waitsMeasured"] == 1 and stats["avgWaitSeconds"] is not None and stats["p95WaitSeconds"] == 1.0
 
