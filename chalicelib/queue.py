@@ -142,7 +142,8 @@ class WaitingRoom:
         callers `invited` to it."""
         self.signer.ready()  # a place given without its ticket could never be polled
         now = self.clock()
-        grant = self._grant(now)
+        # Only the terms, not a signed token: most enters do not admit, and signing is most of a token's cost.
+        terms = self.signer.grant_terms(target, user_id, now, self.settings.token_ttl_s)
         try:
             place = self._switched(
                 target,
@@ -151,7 +152,7 @@ class WaitingRoom:
                     target,
                     user_id,
                     int(now * 1000),
-                    grant,
+                    terms,
                     self.defaults,
                     decision,
                     invited,
@@ -185,7 +186,9 @@ class WaitingRoom:
         """Where the ticket holder stands; this poll is also their heartbeat."""
         ticket = self._check_ticket(target, user_id, ticket_text)
         now = self.clock()
-        grant = self._grant(now)
+        # Drawn before the script runs so that admission stays one round trip; kept only if it admits. Only a
+        # grant, not a signed token: most polls do not admit, and signing is most of a token's cost.
+        grant = self.signer.grant(target, user_id, ticket.seq, now, self.settings.token_ttl_s)
         try:
             place = self._switched(
                 target,
@@ -413,11 +416,6 @@ class WaitingRoom:
                 return SwitchedOff()
             raise
         return place
-
-    def _grant(self, now: float) -> EntryGrant:
-        # Drawn before the script runs so that admission stays one round trip; kept only if it admits. Only a
-        # grant, not a signed token: most polls do not admit, and signing is most of a token's cost.
-        return self.signer.grant(now, self.settings.token_ttl_s)
 
     def _direct(self, target: Target, user_id: str, now: float) -> QueueEntry:
         token = self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)

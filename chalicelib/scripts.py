@@ -74,9 +74,9 @@ CONTRACTS: dict[str, Contract] = {
     "enter": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "token", "registered", "stats", "config", "prequeue", "draw",
               "active"),
-        args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "grant", "grant_ttl_ms", "grant_expires_ms",
-              "registration_refresh_ms", "default_batch", "default_tick_ms", "open_on_first_use", "invited",
-              *SWITCH_ARGS),
+        args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "entry_key", "grant_expires_s",
+              "grant_ttl_ms", "grant_expires_ms", "registration_refresh_ms", "default_batch", "default_tick_ms",
+              "open_on_first_use", "invited", *SWITCH_ARGS),
         replies={
             "ADMITTED": ("held", "issued_now"),
             "WAITING": ("seq", "ahead", "rate", "paused", "created", "register"),

@@ -30,7 +30,7 @@ from chalicelib.redis_connection import REDIS_FAILURES, Breaker, RedisClient, St
 from chalicelib.scripts import load_script, run_pipelined
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig
 from chalicelib.targets import Target, parse_target
-from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket
+from chalicelib.tokens import EntryGrant, EntryToken, GrantTerms, QueueTicket
 
 # How long enter trusts a target's registration before refreshing it (heals a registration lost to a fault).
 REGISTRATION_REFRESH_MS = 60_000
@@ -123,14 +123,14 @@ class QueueStore:
         target: Target,
         user_id: str,
         now_ms: int,
-        grant: EntryGrant,
+        terms: GrantTerms,
         defaults: Defaults,
         decision: Decision = QUEUED,
         invited: bool = False,
     ) -> Place:
-        """Put `user_id` in line, or in the pre-queue before opening (same place if already there);
-        `grant` becomes their entry token's only if this call admits them. An invite-only target takes only
-        users `invited` to it."""
+        """Put `user_id` in line, or in the pre-queue before opening (same place if already there); if this call
+        admits them, their entry token's grant is drawn by `terms` from the entry it admits. An invite-only target
+        takes only users `invited` to it."""
         k = self.keys(target)
         keys, args = self._enter.order(
             waiting=k.waiting,
@@ -148,9 +148,10 @@ class QueueStore:
             now_ms=now_ms,
             default_max_waiting=defaults.max_waiting,
             idle_ttl_ms=defaults.idle_ttl_ms,
-            grant=grant.text,
-            grant_ttl_ms=grant.expires_at * 1000 - now_ms,
-            grant_expires_ms=grant.expires_at * 1000,
+            entry_key=terms.entry_key,
+            grant_expires_s=terms.expires_at,
+            grant_ttl_ms=terms.expires_at * 1000 - now_ms,
+            grant_expires_ms=terms.expires_at * 1000,
             registration_refresh_ms=REGISTRATION_REFRESH_MS,
             default_batch=defaults.batch,
             default_tick_ms=defaults.tick_ms,

@@ -9,6 +9,13 @@ anything not genuine.
 
 The first release's `et1`/`qt1`, whose user was a decimal id written as it is, are still read, so tickets
 and tokens handed out before an upgrade keep working; nothing mints them any more.
+
+An entry token's id (the shop's `Idempotency-Key`) is drawn from the entry it admits, not at random: the first 22
+hex digits of SHA-1(entry key "|" entry number), where the entry key is an HMAC-SHA256 under the active signing
+key, labelled apart from every signature, of the target and the user. Every token for one entry (a reload, an
+admission made again after a failover, a direct admission in an outage) carries the same id, and nobody without
+the key can tell whose id it is or guess another. enter.lua draws the id from the entry key too, as only the
+script knows the seq it admits; the key itself never reaches Redis.
 """
 
 from __future__ import annotations
@@ -50,6 +57,11 @@ _TICKET_PAYLOADS = {
     b"qt1": re.compile(r"qt1\|" + _TARGET + _USER_V1 + _TICKET_TAIL),
 }
 _FIRST_RELEASE = frozenset({b"et1", b"qt1"})
+# Labels the entry keys' HMACs apart from the signatures (whose payloads start with a kind tag such as `et2|`).
+_ENTRY_KEY_LABEL = b"entry-key|"
+# The length of a token id: 22 characters, as the random ids of earlier releases (88 bits: no two entries of a
+# target share one in any number of sales).
+TOKEN_ID_CHARS = 22
 _GRANT = re.compile(r"(?P<exp>[1-9][0-9]{0,11})\.(?P<tid>[A-Za-z0-9_-]{22})")
 
 
@@ -84,6 +96,15 @@ class EntryGrant:
         """The grant `text` spells (as queue state holds it), else None."""
         match = _GRANT.fullmatch(text) if isinstance(text, str) else None
         return cls(int(match["exp"]), match["tid"]) if match else None
+
+
+@dataclass(frozen=True)
+class GrantTerms:
+    """An entry token's grant before its entry is known: its expiry, and the key its id is drawn with from the
+    entry's number (`token_id_of`). Passed to enter.lua, which alone knows the seq it admits."""
+
+    expires_at: int
+    entry_key: str
 
 
 @dataclass(frozen=True)
@@ -126,6 +147,12 @@ def _user_of(field: str) -> str | None:
     raw = _decode(field)
     user_id = raw.decode("ascii", "replace") if raw is not None else None
     return user_id if valid_user_id(user_id) else None
+
+
+def token_id_of(entry_key: str, entry: int | str) -> str:
+    """The token id of the entry numbered `entry` (in decimal, as Redis spells a seq) of the entry key's user and
+    target. enter.lua computes the same."""
+    return hashlib.sha1(f"{entry_key}|{entry}".encode("ascii")).hexdigest()[:TOKEN_ID_CHARS]
 
 
 class TokenSigner:
@@ -197,13 +224,31 @@ class TokenSigner:
         except ConfigError as err:
             logger.error("signing keys not refreshed; keeping the current ones", extra={"reason": str(err)})
 
-    def mint_entry_token(self, target: Target, user_id: str, now: float, ttl_s: int) -> EntryToken:
-        return self.seal_entry_token(target, user_id, self.grant(now, ttl_s))
+    def mint_entry_token(
+        self, target: Target, user_id: str, now: float, ttl_s: int, entry: int | None = None
+    ) -> EntryToken:
+        """A token for `user_id`'s entry numbered `entry` (their ticket's number) of `target`; with no entry (the
+        queue switched off, a newcomer in an outage), under a random id."""
+        if entry is None:
+            grant = EntryGrant(int(now) + ttl_s, secrets.token_hex(TOKEN_ID_CHARS // 2 + 1)[:TOKEN_ID_CHARS])
+        else:
+            grant = self.grant(target, user_id, entry, now, ttl_s)
+        return self.seal_entry_token(target, user_id, grant)
 
-    @staticmethod
-    def grant(now: float, ttl_s: int) -> EntryGrant:
-        """A fresh token id with its expiry: the entry token to seal if and when it is handed out."""
-        return EntryGrant(int(now) + ttl_s, _encode(secrets.token_bytes(16)))
+    def grant(self, target: Target, user_id: str, entry: int, now: float, ttl_s: int) -> EntryGrant:
+        """The token id of `user_id`'s entry numbered `entry`, with an expiry: the entry token to seal if and when
+        it is handed out."""
+        return EntryGrant(int(now) + ttl_s, token_id_of(self.entry_key(target, user_id), entry))
+
+    def grant_terms(self, target: Target, user_id: str, now: float, ttl_s: int) -> GrantTerms:
+        """What enter.lua needs to draw the grant of whichever entry it admits."""
+        return GrantTerms(int(now) + ttl_s, self.entry_key(target, user_id))
+
+    def entry_key(self, target: Target, user_id: str) -> str:
+        """The key (64 hex digits) the token ids of `user_id`'s entries of `target` are drawn with."""
+        keyring = self.keyring
+        subject = f"{target.type}|{target.id}|{_user_field(user_id)}".encode("ascii")
+        return hmac.new(keyring.secrets[keyring.active_kid], _ENTRY_KEY_LABEL + subject, hashlib.sha256).hexdigest()
 
     def seal_entry_token(self, target: Target, user_id: str, grant: EntryGrant) -> EntryToken:
         """The entry token of `grant` for `user_id` of `target`, signed with the active key."""

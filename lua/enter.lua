@@ -18,19 +18,20 @@
 -- ARGV[2] now_ms                   now (ms)
 -- ARGV[3] default_max_waiting      default max waiting
 -- ARGV[4] idle_ttl_ms              idle TTL (ms)
--- ARGV[5] grant                    a fresh entry token's grant, stored (after the entry's number) only if this call
---                                  admits the user
--- ARGV[6] grant_ttl_ms             its TTL (ms)
--- ARGV[7] grant_expires_ms         its expiry (epoch ms)
--- ARGV[8] registration_refresh_ms  how long a registration is trusted before the next enter registers the target
+-- ARGV[5] entry_key                the key this user's token ids at this target are drawn with (tokens.py): an
+--                                  entry token's grant is drawn from it and the entry's seq only if this call admits
+-- ARGV[6] grant_expires_s          the grant's expiry (epoch s)
+-- ARGV[7] grant_ttl_ms             its TTL (ms)
+-- ARGV[8] grant_expires_ms         its expiry (epoch ms)
+-- ARGV[9] registration_refresh_ms  how long a registration is trusted before the next enter registers the target
 --                                  again (ms)
--- ARGV[9] default_batch            default batch
--- ARGV[10] default_tick_ms         default tick length (ms)
--- ARGV[11] open_on_first_use       '1': a first enter opens a target no operator configured
+-- ARGV[10] default_batch           default batch
+-- ARGV[11] default_tick_ms         default tick length (ms)
+-- ARGV[12] open_on_first_use       '1': a first enter opens a target no operator configured
 --                                  (VQ_TARGETS_OPEN_ON_FIRST_USE), else '0'
--- ARGV[12] invited                 '1': the caller's verified invites name this target, else '0'
--- ARGV[13] flag_version            the flag version the caller decided by ('*': whatever the target carries)
--- ARGV[14] queued                  its decision (1 queue, 0 not)
+-- ARGV[13] invited                 '1': the caller's verified invites name this target, else '0'
+-- ARGV[14] flag_version            the flag version the caller decided by ('*': whatever the target carries)
+-- ARGV[15] queued                  its decision (1 queue, 0 not)
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
 --   {'WAITING', seq, ahead, rate, paused, created, register}  seq, users ahead, admissions per second, paused (0|1),
@@ -45,7 +46,7 @@
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version (nothing was written)
 local waiting, heartbeat, seq, mark, token, registered, stats, config, prequeue, draw, active = unpack(KEYS)
-local user_id, now_ms, default_max_waiting, idle_ttl_ms, grant, grant_ttl_ms, grant_expires_ms,
+local user_id, now_ms, default_max_waiting, idle_ttl_ms, entry_key, grant_expires_s, grant_ttl_ms, grant_expires_ms,
   registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, invited, flag_version,
   queued = unpack(ARGV)
 local now = tonumber(now_ms)
@@ -88,9 +89,11 @@ end
 -- Numbers go back to Redis as the text they came in (ARGV, replies): a Lua number turned into text costs a printf.
 local mark_text = redis.call('GET', mark) or '0'
 local mark_number = tonumber(mark_text)
-local seq_number = tonumber(redis.call('ZSCORE', waiting, user_id))
+local seq_text = redis.call('ZSCORE', waiting, user_id)
+local seq_number = tonumber(seq_text)
 if seq_number and seq_number <= mark_number then
-  held = seq_number .. ' ' .. grant
+  -- The token id is drawn from the entry (tokens.py's token_id_of), so every admission of it carries the same one.
+  held = seq_text .. ' ' .. grant_expires_s .. '.' .. string.sub(redis.sha1hex(entry_key .. '|' .. seq_text), 1, 22)
   redis.call('SET', token, held, 'PX', grant_ttl_ms)
   redis.call('ZREM', waiting, user_id)
   redis.call('ZREM', heartbeat, user_id)

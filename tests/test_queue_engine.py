@@ -26,7 +26,7 @@ def test_concurrent_enters_give_each_user_one_seq_without_gaps_or_ties(room):
 
     def enter(user):
         # The store's answer carries the seq itself; the room's answer carries the ticket naming it.
-        place = room.store.enter(DROP, str(user), 1, room.signer.grant(0, 60), room.defaults)
+        place = room.store.enter(DROP, str(user), 1, room.signer.grant_terms(DROP, str(user), 0, 60), room.defaults)
         return user, place
 
     with ThreadPoolExecutor(max_workers=32) as pool:

@@ -80,6 +80,28 @@ def test_leave_and_enter_again_never_holds_two_live_tokens(room, gate, origin):
     assert len(origin.requests) == 1
 
 
+def test_one_entry_gets_one_token_id_however_it_is_admitted(room, gate, origin):
+    ticket = room.enter(DROP, "1").queue_ticket
+    room.enter(DROP, "2")
+    admit_up_to(room, 2)
+    by_poll = room.status(DROP, "1", ticket).entry_token
+    by_enter = room.enter(DROP, "2").entry_token  # enter.lua draws the id from the seq it admits
+    now = time.time()
+    assert by_poll.token_id == room.signer.mint_entry_token(DROP, "1", now, 60, entry=1).token_id
+    assert by_enter.token_id == room.signer.mint_entry_token(DROP, "2", now, 60, entry=2).token_id
+    assert by_poll.token_id != by_enter.token_id
+    # A failover loses the admission but not the place (as the promoted node may): admitted again, the same id.
+    keys = room.store.keys(DROP)
+    room.store.client.delete(keys.token("1"))
+    room.store.client.zadd(keys.waiting, {"1": 1})
+    again = room.status(DROP, "1", ticket).entry_token
+    assert again.token_id == by_poll.token_id
+    assert gate.purchase(request_for(by_poll)).status == 201
+    with pytest.raises(EntryTokenUsed):
+        gate.purchase(request_for(again))
+    assert [r["headers"]["Idempotency-Key"] for r in origin.requests] == [by_poll.token_id]
+
+
 def test_leaving_after_buying_keeps_the_purchase(room, gate, origin):
     ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, 1)

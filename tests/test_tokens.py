@@ -50,9 +50,41 @@ def test_a_held_grant_seals_the_same_token_again(token):
     assert EntryGrant.parse(f"0{grant.text}") is None and EntryGrant.parse(f"{grant.text}\n") is None
 
 
-def test_token_ids_are_unique(token):
+def test_token_ids_without_an_entry_are_unique(token):
     ids = {signer().mint_entry_token(DROP, "7", NOW, 300).token_id for _ in range(1000)}
     assert len(ids) == 1000
+
+
+def test_one_entry_has_one_token_id_whenever_and_however_long_it_is_minted():
+    first = signer().mint_entry_token(DROP, "7", NOW, 300, entry=12)
+    again = signer().mint_entry_token(DROP, "7", NOW + 90, 60, entry=12)
+    assert first.token_id == again.token_id and first.text != again.text
+    assert signer().grant(DROP, "7", 12, NOW, 300).token_id == first.token_id
+    assert len(first.token_id) == 22 and int(first.token_id, 16) >= 0
+
+
+def test_token_ids_of_other_entries_users_targets_or_keys_differ():
+    ids = {
+        signer().mint_entry_token(DROP, "7", NOW, 300, entry=12).token_id,
+        signer().mint_entry_token(DROP, "7", NOW, 300, entry=13).token_id,
+        signer().mint_entry_token(DROP, "8", NOW, 300, entry=12).token_id,
+        signer().mint_entry_token(Target("limited-drop", 43), "7", NOW, 300, entry=12).token_id,
+        signer().mint_entry_token(Target("ticketing-event", 42), "7", NOW, 300, entry=12).token_id,
+        signer(k1="c" * 40).mint_entry_token(DROP, "7", NOW, 300, entry=12).token_id,
+        # After a rotation the new active key draws the ids: an entry admitted again across it gets a new one.
+        signer(active="k2", k1=SECRET_A, k2=SECRET_B).mint_entry_token(DROP, "7", NOW, 300, entry=12).token_id,
+    }
+    assert len(ids) == 7
+
+
+def test_a_token_id_is_drawn_under_the_key_apart_from_any_signature():
+    token = signer().mint_entry_token(DROP, "7", NOW, 300, entry=12)
+    # Without the key the id is no digest of the entry's own fields, and the entry key is no signature's MAC.
+    entry_key = signer().entry_key(DROP, "7")
+    assert token.token_id == hashlib.sha1(f"{entry_key}|12".encode()).hexdigest()[:22]
+    unkeyed = hashlib.sha256(f"limited-drop|42|{b64(b'7')}".encode()).hexdigest()
+    labelled_alike = hmac.new(SECRET_A.encode(), f"limited-drop|42|{b64(b'7')}".encode(), "sha256").hexdigest()
+    assert entry_key not in (unkeyed, labelled_alike)
 
 
 def test_expired_token_is_refused(token):

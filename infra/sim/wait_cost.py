@@ -60,6 +60,7 @@ LAGS_S = (0.25, 1.0, 3.0)
 TIMEOUTS_MS = (10, 100, 250)
 OFFERED_PER_S = 100  # enters offered while measuring what WAIT buys
 WRITERS = 32
+DROP_1 = Target("limited-drop", 1)
 DEFAULTS = Defaults(max_waiting=10**7, batch=2, tick_ms=60_000, idle_ttl_ms=3_600_000, open_on_first_use=True)
 RULES = PumpRules(
     tick_ms=60_000, batch=2, catchup_ticks=1, heartbeat_timeout_ms=3_600_000, max_evict=10, idle_ttl_ms=3_600_000
@@ -120,10 +121,8 @@ class Writes:
         self._targets: list[Target] = []
 
     def enter(self) -> None:
-        now = time.time()
-        self.store.enter(
-            Target("limited-drop", 1), str(next(self._numbers)), int(now * 1000), SIGNER.grant(now, 300), DEFAULTS
-        )
+        now, target, user = time.time(), Target("limited-drop", 1), str(next(self._numbers))
+        self.store.enter(target, user, int(now * 1000), SIGNER.grant_terms(target, user, now, 300), DEFAULTS)
 
     def consume(self) -> None:
         now = time.time()
@@ -138,7 +137,7 @@ class Writes:
         for _ in range(n):
             target, now = Target("ticketing-event", next(self._numbers)), time.time()
             for user in ("1", "2"):
-                self.store.enter(target, user, int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
+                self.store.enter(target, user, int(now * 1000), SIGNER.grant_terms(target, user, now, 300), DEFAULTS)
             self._targets.append(target)
         return self
 
@@ -310,13 +309,15 @@ def what_it_buys(lag_s: float, wait_ms: int | None, enforce: bool, seconds: floa
             store = store_of(pair.url, wait_ms, enforce, prefix)
             now = time.time()
             with contextlib.suppress(StoreUnavailable):  # the script loaded, the connection made
-                store.enter(Target("limited-drop", 1), "0", int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
+                store.enter(DROP_1, "0", int(now * 1000), SIGNER.grant_terms(DROP_1, "0", now, 300), DEFAULTS)
             due = time.monotonic()
             while (due := due + WRITERS / OFFERED_PER_S) < until:
                 time.sleep(max(0.0, due - time.monotonic()))
                 user, now = next(users), time.time()
                 try:
-                    store.enter(Target("limited-drop", 1), str(user), int(now * 1000), SIGNER.grant(now, 300), DEFAULTS)
+                    store.enter(
+                        DROP_1, str(user), int(now * 1000), SIGNER.grant_terms(DROP_1, str(user), now, 300), DEFAULTS
+                    )
                     told.append(user)
                 except StoreUnavailable:
                     refused[0] += 1

@@ -180,7 +180,8 @@ def instrument(spans: Spans, client) -> None:
 
     for name in ("queue_enabled", "decide", "adopt"):
         spans.wrap(flags.QueueSwitch, name, "flag")
-    for name in ("read_ticket", "issue_ticket", "grant", "seal_entry_token", "mint_entry_token", "read_entry_token"):
+    signing = ("read_ticket", "issue_ticket", "grant", "grant_terms", "seal_entry_token", "mint_entry_token")
+    for name in (*signing, "read_entry_token"):
         spans.wrap(tokens.TokenSigner, name, "ticket and token")
     for module in (app_module, queue):
         for name in ("open_request_keys", "close_request_keys", "add_request_keys", "count"):
