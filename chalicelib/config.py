@@ -142,7 +142,7 @@ class Settings:
     queue_enabled_default: bool = True
     fail_open: bool = True
     breaker_failures: int = 3
-    breaker_cooldown_ms: int = 5000
+    breaker_cooldown_ms: int = 1000
     event_bus: str | None = None
     events_file: Path | None = None
     events_cap: int = 100_000
@@ -289,7 +289,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         queue_enabled_default=_choice(env, "VQ_QUEUE_ENABLED_DEFAULT", {"true": True, "false": False}, "true"),
         fail_open=_choice(env, "VQ_FAIL_MODE", {"open": True, "closed": False}, "open"),
         breaker_failures=_positive_int(env, "VQ_BREAKER_FAILURES", 3),
-        breaker_cooldown_ms=_positive_int(env, "VQ_BREAKER_COOLDOWN_MS", 5000),
+        breaker_cooldown_ms=_positive_int(env, "VQ_BREAKER_COOLDOWN_MS", 1000),
         event_bus=env.get("VQ_EVENT_BUS") or None,
         events_file=Path(env["VQ_EVENTS_FILE"]) if env.get("VQ_EVENTS_FILE") else None,
         events_cap=_positive_int(env, "VQ_EVENTS_CAP", 100_000),

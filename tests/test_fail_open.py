@@ -151,3 +151,26 @@ def test_the_client_connects_on_its_first_command_and_keeps_one_connection_per_t
     own_redis.restart()
     # The connection the server closed is noticed before the next command, which goes over a new one.
     assert client.client_getname() is None
+
+
+def test_the_breaker_lets_nobody_in_directly_once_a_probe_finds_redis_again(make_room, own_redis):
+    room = make_room(REDIS_URL=own_redis.url)  # the default breaker: 3 failures, 1 s cool-down
+    room.enter(DROP, "0")
+    own_redis.pause()
+    try:
+        for user in range(1, 4):
+            assert room.enter(DROP, str(user)).status == "DIRECT_ADMITTED"
+        assert room.store.breaker.current_state == "open"
+    finally:
+        own_redis.resume()
+    resumed = time.monotonic()
+    answers = []
+    for user in range(4, 1000):
+        answers.append(room.enter(DROP, str(user)).status)
+        if answers[-1] == "WAITING" or time.monotonic() - resumed > 5:
+            break
+        time.sleep(0.02)
+    # Direct admissions last at most the cool-down past Redis answering (with a loaded machine's slack)...
+    assert answers[-1] == "WAITING" and time.monotonic() - resumed < 1.0 + 1.0
+    # ...and once a probe succeeded, every enter is answered from Redis.
+    assert {room.enter(DROP, str(user)).status for user in range(1000, 1020)} == {"WAITING"}

@@ -191,7 +191,7 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--failover-at-s", type=float, default=12.0, help="when the primary dies, after the start")
     parser.add_argument("--down-s", type=float, default=3.0, help="how long the address answers nothing")
     parser.add_argument(
-        "--cooldown-s", type=float, default=5.0, help="the breaker's cool-down (VQ_BREAKER_COOLDOWN_MS), as deployed"
+        "--cooldown-s", type=float, default=1.0, help="the breaker's cool-down (VQ_BREAKER_COOLDOWN_MS), as deployed"
     )
     own, rest = parser.parse_known_args(argv)
     if "--help" in rest or "-h" in rest:
