@@ -106,6 +106,10 @@ class Consumption:
     USED = "USED"
     REVOKED = "REVOKED"  # its holder left the queue
     UNKNOWN_TARGET = "UNKNOWN_TARGET"  # no operator opened the token's target: nothing was written
+    # A token minted without Redis, refused by the target's state it could not know (nothing was written):
+    PAUSED = "PAUSED"
+    SOLD_OUT = "SOLD_OUT"
+    CLOSED = "CLOSED"  # a newcomer's token, minted after the line closed
 
 
 @dataclass(frozen=True)

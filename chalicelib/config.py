@@ -127,6 +127,7 @@ class Settings:
     targets_open_on_first_use: bool = False
     heartbeat_timeout_s: int = 60
     token_ttl_s: int = 300
+    outage_token_ttl_s: int = 60
     queue_idle_ttl_s: int = 1800
     max_evict_per_tick: int = 1000
     catchup_ticks: int = 5
@@ -274,6 +275,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         targets_open_on_first_use=_choice(env, "VQ_TARGETS_OPEN_ON_FIRST_USE", {"true": True, "false": False}, "false"),
         heartbeat_timeout_s=heartbeat_timeout_s,
         token_ttl_s=_positive_int(env, "VQ_TOKEN_TTL_S", 300),
+        outage_token_ttl_s=_positive_int(env, "VQ_OUTAGE_TOKEN_TTL_S", 60),
         queue_idle_ttl_s=_positive_int(env, "VQ_QUEUE_IDLE_TTL_S", 1800),
         max_evict_per_tick=_positive_int(env, "VQ_MAX_EVICT_PER_TICK", 1000),
         catchup_ticks=_positive_int(env, "VQ_CATCHUP_TICKS", 5),

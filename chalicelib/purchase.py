@@ -51,6 +51,13 @@ _MEDIA_TYPE = re.compile(
     rf"(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*\"))*[ \t]*"
 )
 MAX_CONTENT_TYPE = 255
+# A token minted while Redis could not be asked, refused at the purchase by the target's state it could not know.
+_OUTAGE_TOKEN = "this entry token was handed out while the queue could not be asked, and "
+_HELD = {
+    Consumption.PAUSED: _OUTAGE_TOKEN + "the sale is paused: poll your queue ticket again",
+    Consumption.SOLD_OUT: _OUTAGE_TOKEN + "the sale is sold out",
+    Consumption.CLOSED: _OUTAGE_TOKEN + "the line had closed to newcomers",
+}
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,8 @@ class PurchaseGate:
             return self._use_unrecorded(token, consumption_id, now, err)
         if consumption == Consumption.UNKNOWN_TARGET:
             raise UnknownTarget("no such queue: an operator opens one with PUT .../config")
+        if consumption in _HELD:
+            self._deny(token.target, _HELD[consumption])
         if consumption == Consumption.REVOKED:
             self._deny(token.target, "this entry token was given up when its holder left the queue")
         if consumption == Consumption.USED:

@@ -44,7 +44,7 @@ from chalicelib.redis_connection import StoreFull, StoreUnavailable
 from chalicelib.store import Defaults, QueueStore
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig, iso_time, merge_patch
 from chalicelib.targets import Target
-from chalicelib.tokens import EntryGrant, EntryToken, QueueTicket, TokenSigner
+from chalicelib.tokens import EntryGrant, EntryToken, Minted, QueueTicket, TokenSigner
 
 # Polls that found their user still waiting: beside the pump's ticks, what tells a stalled pump from an idle one
 # (the PumpStalledAlarm, docs/alarms.md).
@@ -417,8 +417,13 @@ class WaitingRoom:
             raise
         return place
 
-    def _direct(self, target: Target, user_id: str, now: float) -> QueueEntry:
-        token = self.signer.mint_entry_token(target, user_id, now, self.settings.token_ttl_s)
+    def _direct(self, target: Target, user_id: str, now: float, outage: bool = False) -> QueueEntry:
+        if outage:
+            # Short-lived, and checked against the target's state when it buys (consume.lua): Redis could not say.
+            ttl_s, minted = self.settings.outage_token_ttl_s, Minted.DIRECT
+        else:
+            ttl_s, minted = self.settings.token_ttl_s, Minted.QUEUE
+        token = self.signer.mint_entry_token(target, user_id, now, ttl_s, minted=minted)
         # For the whole service: with Redis down (or skipped) nobody can say whether the target is known.
         count("DirectAdmitted")
         return QueueEntry("DIRECT_ADMITTED", entry_token=token)
@@ -427,7 +432,7 @@ class WaitingRoom:
         if not self.settings.fail_open:
             raise self._unavailable(target, err)
         self._record_degraded(target, err)
-        return self._direct(target, user_id, now)
+        return self._direct(target, user_id, now, outage=True)
 
     def _record_degraded(self, target: Target, err: StoreUnavailable) -> None:
         count("RedisDegraded")

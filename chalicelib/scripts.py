@@ -104,7 +104,7 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "consume": Contract(
         keys=("consumed", "active", "revoked", "config"),
-        args=("consumption_id", "marker_ttl_ms", "user_id", "token_id", "open_on_first_use"),
+        args=("consumption_id", "marker_ttl_ms", "user_id", "token_id", "open_on_first_use", "minted", "now_ms"),
     ),
     "restore": Contract(
         keys=("consumed", "active", "events", "stats"),

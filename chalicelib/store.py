@@ -250,6 +250,8 @@ class QueueStore:
             user_id=token.user_id,
             token_id=token.token_id,
             open_on_first_use=int(open_on_first_use),
+            minted=token.minted,
+            now_ms=now_ms,
         )
         return self._guarded(self._consume.run, keys, args)
 

@@ -2,7 +2,9 @@
 
 Both are `base64url(payload) "." base64url(HMAC-SHA256(secret[kid], payload))`, unpadded, where the
 payload is ASCII fields joined by `|`, led by a kind tag (`et2` entry token, `qt2` queue ticket) so
-one can never pass for the other. The user id, which may hold any printable character (`|` too), is
+one can never pass for the other. An entry token minted while Redis could not be asked has a tag of its own, `er2`
+(a ticket holder's turn, reckoned) or `ed2` (a newcomer let in directly), so that a purchase with it is checked
+against the target's state once Redis answers again. The user id, which may hold any printable character (`|` too), is
 itself base64url-encoded, so the fields stay unambiguous for every id. Exactly one spelling verifies:
 anything that does not re-encode to the same text is refused. Reading never raises; it answers None for
 anything not genuine.
@@ -50,6 +52,8 @@ _TICKET_TAIL = r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})"
 # Payload formats by kind tag; the tag is the payload's first field.
 _ENTRY_PAYLOADS = {
     b"et2": re.compile(r"et2\|" + _TARGET + _USER + _ENTRY_TAIL),
+    b"er2": re.compile(r"er2\|" + _TARGET + _USER + _ENTRY_TAIL),
+    b"ed2": re.compile(r"ed2\|" + _TARGET + _USER + _ENTRY_TAIL),
     b"et1": re.compile(r"et1\|" + _TARGET + _USER_V1 + _ENTRY_TAIL),
 }
 _TICKET_PAYLOADS = {
@@ -57,12 +61,25 @@ _TICKET_PAYLOADS = {
     b"qt1": re.compile(r"qt1\|" + _TARGET + _USER_V1 + _TICKET_TAIL),
 }
 _FIRST_RELEASE = frozenset({b"et1", b"qt1"})
+# How an entry token was minted, by its kind tag: from queue state, or in an outage (see `Minted`).
+_MINTED_BY_KIND = {"et2": "queue", "et1": "queue", "er2": "turn", "ed2": "direct"}
 # Labels the entry keys' HMACs apart from the signatures (whose payloads start with a kind tag such as `et2|`).
 _ENTRY_KEY_LABEL = b"entry-key|"
 # The length of a token id: 22 characters, as the random ids of earlier releases (88 bits: no two entries of a
 # target share one in any number of sales).
 TOKEN_ID_CHARS = 22
 _GRANT = re.compile(r"(?P<exp>[1-9][0-9]{0,11})\.(?P<tid>[A-Za-z0-9_-]{22})")
+
+
+class Minted:
+    """How an entry token was minted (its kind tag tells)."""
+
+    QUEUE = "queue"  # from queue state: admitted by the pump, or the queue switched off for the user
+    TURN = "turn"  # without Redis: a ticket holder's turn by dead reckoning (chalicelib/reckoning.py)
+    DIRECT = "direct"  # without Redis: a newcomer let in by VQ_FAIL_MODE=open
+
+
+_KIND_OF_MINTED = {Minted.QUEUE: "et2", Minted.TURN: "er2", Minted.DIRECT: "ed2"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,7 @@ class EntryToken:
     user_id: str
     expires_at: int
     token_id: str
+    minted: str = Minted.QUEUE
 
     def grants(self, target: Target, user_id: str) -> bool:
         return self.target == target and self.user_id == user_id
@@ -225,7 +243,13 @@ class TokenSigner:
             logger.error("signing keys not refreshed; keeping the current ones", extra={"reason": str(err)})
 
     def mint_entry_token(
-        self, target: Target, user_id: str, now: float, ttl_s: int, entry: int | None = None
+        self,
+        target: Target,
+        user_id: str,
+        now: float,
+        ttl_s: int,
+        entry: int | None = None,
+        minted: str = Minted.QUEUE,
     ) -> EntryToken:
         """A token for `user_id`'s entry numbered `entry` (their ticket's number) of `target`; with no entry (the
         queue switched off, a newcomer in an outage), under a random id."""
@@ -233,7 +257,7 @@ class TokenSigner:
             grant = EntryGrant(int(now) + ttl_s, secrets.token_hex(TOKEN_ID_CHARS // 2 + 1)[:TOKEN_ID_CHARS])
         else:
             grant = self.grant(target, user_id, entry, now, ttl_s)
-        return self.seal_entry_token(target, user_id, grant)
+        return self.seal_entry_token(target, user_id, grant, minted)
 
     def grant(self, target: Target, user_id: str, entry: int, now: float, ttl_s: int) -> EntryGrant:
         """The token id of `user_id`'s entry numbered `entry`, with an expiry: the entry token to seal if and when
@@ -250,10 +274,13 @@ class TokenSigner:
         subject = f"{target.type}|{target.id}|{_user_field(user_id)}".encode("ascii")
         return hmac.new(keyring.secrets[keyring.active_kid], _ENTRY_KEY_LABEL + subject, hashlib.sha256).hexdigest()
 
-    def seal_entry_token(self, target: Target, user_id: str, grant: EntryGrant) -> EntryToken:
+    def seal_entry_token(
+        self, target: Target, user_id: str, grant: EntryGrant, minted: str = Minted.QUEUE
+    ) -> EntryToken:
         """The entry token of `grant` for `user_id` of `target`, signed with the active key."""
-        text = self._seal("et2", target.type, target.id, _user_field(user_id), grant.expires_at, grant.token_id)
-        return EntryToken(text, target, user_id, grant.expires_at, grant.token_id)
+        kind = _KIND_OF_MINTED[minted]
+        text = self._seal(kind, target.type, target.id, _user_field(user_id), grant.expires_at, grant.token_id)
+        return EntryToken(text, target, user_id, grant.expires_at, grant.token_id, minted)
 
     def read_entry_token(self, text: object, now: float) -> EntryToken | None:
         """The genuine, unexpired entry token `text` spells, else None."""
@@ -267,6 +294,7 @@ class TokenSigner:
             user_id,
             int(fields["exp"]),
             fields["tid"],
+            _MINTED_BY_KIND[fields.string[:3]],
         )
 
     def issue_ticket(self, target: Target, user_id: str, seq: int, entered_at_ms: int) -> QueueTicket:

@@ -3,20 +3,36 @@
 --                    forwarded purchase had no certain outcome (lives the token's life plus a clock-skew margin)
 -- KEYS[2] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token (for maxActive)
 -- KEYS[3] revoked    zset: token id -> until when (ms) it stays refused; tokens given up by a leaving holder
--- KEYS[4] config     hash: known_since_ms once an operator opened the target
+-- KEYS[4] config     hash: known_since_ms once an operator opened the target; paused, sold_out, closes_at_ms
 -- ARGV[1] consumption_id     a fresh consumption id, so only this consumption can settle or restore the token
 -- ARGV[2] marker_ttl_ms      the marker's TTL (ms)
 -- ARGV[3] user_id            the token's user id
 -- ARGV[4] token_id           the token id
 -- ARGV[5] open_on_first_use  '1': targets open on first use (VQ_TARGETS_OPEN_ON_FIRST_USE), so none is unknown,
 --                            else '0'
+-- ARGV[6] minted             how the token was minted (tokens.py's Minted): 'queue' from queue state, or without
+--                            Redis: 'turn' (a ticket holder's, reckoned), 'direct' (a newcomer's)
+-- ARGV[7] now_ms             now (ms)
 -- Returns 'FIRST' (this call consumed the token), 'RETRY' (it takes over a purchase of unknown outcome, to be
--- forwarded again under the same Idempotency-Key), 'USED', 'REVOKED' or 'UNKNOWN_TARGET' (nothing was written:
--- a token minted with the queue off or Redis down names whatever target the caller asked for).
+-- forwarded again under the same Idempotency-Key), 'USED', 'REVOKED', or, with nothing written: 'UNKNOWN_TARGET' (a
+-- token minted with the queue off or Redis down names whatever target the caller asked for), 'PAUSED', 'SOLD_OUT'
+-- or 'CLOSED' (a token minted without Redis, which could not tell the target's state).
 local consumed, active, revoked, config = unpack(KEYS)
-local consumption_id, marker_ttl_ms, user_id, token_id, open_on_first_use = unpack(ARGV)
-if open_on_first_use ~= '1' and redis.call('HEXISTS', config, 'known_since_ms') == 0 then
+local consumption_id, marker_ttl_ms, user_id, token_id, open_on_first_use, minted, now_ms = unpack(ARGV)
+local known_since, paused, sold_out, closes_at = unpack(redis.call('HMGET', config, 'known_since_ms', 'paused',
+  'sold_out', 'closes_at_ms'))
+if open_on_first_use ~= '1' and not known_since then
   return 'UNKNOWN_TARGET'
+end
+-- Minted in an outage, the token could not be told the sale was held; closed only keeps newcomers out.
+if minted ~= 'queue' then
+  if sold_out == '1' then
+    return 'SOLD_OUT'
+  elseif paused == '1' then
+    return 'PAUSED'
+  elseif minted == 'direct' and closes_at and tonumber(now_ms) >= tonumber(closes_at) then
+    return 'CLOSED'
+  end
 end
 if redis.call('ZSCORE', revoked, token_id) then
   return 'REVOKED'

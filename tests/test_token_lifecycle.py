@@ -102,6 +102,30 @@ def test_one_entry_gets_one_token_id_however_it_is_admitted(room, gate, origin):
     assert [r["headers"]["Idempotency-Key"] for r in origin.requests] == [by_poll.token_id]
 
 
+def test_tokens_minted_without_redis_cannot_buy_on_a_held_target_once_redis_answers(room, gate, origin):
+    room.configure(DROP, TargetConfig())
+    now = time.time()
+    turn, direct, queued = (
+        room.signer.mint_entry_token(DROP, str(user), now, 60, entry=user, minted=minted)
+        for user, minted in ((1, "turn"), (2, "direct"), (3, "queue"))
+    )
+    room.configure(DROP, TargetConfig(paused=True))
+    for token in (turn, direct):
+        with pytest.raises(QueueBypassDenied, match="paused"):
+            gate.purchase(request_for(token))
+    assert gate.purchase(request_for(queued)).status == 201  # handed out from the line before the pause
+    room.configure(DROP, TargetConfig(sold_out=True))
+    for token in (turn, direct):
+        with pytest.raises(QueueBypassDenied, match="sold out"):
+            gate.purchase(request_for(token))
+    # Closed keeps newcomers out, not those who held a place: nothing was written, the refused tokens stay whole.
+    room.configure(DROP, TargetConfig(closes_at_ms=int(now * 1000) - 1))
+    with pytest.raises(QueueBypassDenied, match="closed"):
+        gate.purchase(request_for(direct))
+    assert gate.purchase(request_for(turn)).status == 201
+    assert [r["headers"]["Idempotency-Key"] for r in origin.requests] == [queued.token_id, turn.token_id]
+
+
 def test_leaving_after_buying_keeps_the_purchase(room, gate, origin):
     ticket = room.enter(DROP, "1").queue_ticket
     admit_up_to(room, 1)
