@@ -22,6 +22,11 @@ class Waiting:
     rate: float  # measured by the pump while users wait, else the target's configured rate
     paused: bool = False
     created: bool = False
+    # A poll's answer (status.lua) also tells what reckoning the line without Redis needs (chalicelib/reckoning.py):
+    mark: int | None = None  # the admitted mark
+    batch: int = 0  # the batch and tick length in force
+    tick_ms: int = 0
+    drawn: int = 0  # the highest number the opening draw dealt anew; -1: not settled
 
 
 @dataclass
@@ -166,6 +171,10 @@ _PLACES: dict[str, Callable[[Any], Place]] = {
         rate=float(r.rate),
         paused=r.paused == 1,
         created=getattr(r, "created", 0) == 1,
+        mark=int(r.mark) if hasattr(r, "mark") else None,
+        batch=int(getattr(r, "batch", 0)),
+        tick_ms=int(getattr(r, "tick_ms", 0)),
+        drawn=int(getattr(r, "drawn", 0)),
     ),
     "PRE_QUEUE": lambda r: PreQueued(
         arrival=int(r.arrival),

@@ -40,6 +40,7 @@ from chalicelib.errors import (
 )
 from chalicelib.flags import Decision, QueueSwitch
 from chalicelib.observability import Tally, count, logger
+from chalicelib.reckoning import Reckoner
 from chalicelib.redis_connection import StoreFull, StoreUnavailable
 from chalicelib.store import Defaults, QueueStore
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig, iso_time, merge_patch
@@ -108,8 +109,9 @@ class QueueEntry:
 class WaitingRoom:
     """Puts users in line per target and hands admitted ones a signed entry token.
 
-    When the queue is switched off for a user, or Redis cannot answer (fail-open), users are let in
-    directly: DIRECT_ADMITTED with a token minted without Redis.
+    When the queue is switched off for a user, users are let in directly: DIRECT_ADMITTED. When Redis cannot answer
+    (fail-open), newcomers are let in directly with a short-lived token, and ticket holders in turn, by dead
+    reckoning from what this container last saw of their line (chalicelib/reckoning.py).
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class WaitingRoom:
         # A verified caller who enters again gets their ticket back (another device, lost storage); a caller the
         # queue takes at their word (X-User-Id) does not: knowing someone's id must not hand over their place.
         self.recovers_tickets = settings.jwt is not None
+        self.reckoner = Reckoner()
         self.defaults = Defaults(
             max_waiting=settings.max_waiting,
             batch=settings.batch_size,
@@ -206,13 +209,20 @@ class WaitingRoom:
         except StoreFull as err:
             raise self._full(target, err) from None
         except StoreUnavailable as err:
-            return self._degraded(target, user_id, now, err)
+            return self._reckoned(ticket, now, err)
         if isinstance(place, SwitchedOff):
             return self._direct(target, user_id, now)
         if isinstance(place, OtherEntry):
             raise _other_entry()
-        if isinstance(place, (Waiting, PreQueued)):
+        if isinstance(place, Waiting):
+            owed = self.reckoner.saw(target, place, now)
+            if owed is not None:
+                self._write_back_turns(target, owed)
             WAITING_POLLS.add()
+        elif isinstance(place, PreQueued):
+            WAITING_POLLS.add()
+        elif isinstance(place, SoldOut):
+            self.reckoner.forget(target)
         elif isinstance(place, Admitted) and place.issued_now:
             count("TokensIssued", target)
             count("WaitSeconds", target, max(0.0, now - ticket.entered_at_ms / 1000), MetricUnit.Seconds)
@@ -429,10 +439,48 @@ class WaitingRoom:
         return QueueEntry("DIRECT_ADMITTED", entry_token=token)
 
     def _degraded(self, target: Target, user_id: str, now: float, err: StoreUnavailable) -> QueueEntry:
+        """A newcomer while Redis cannot answer: VQ_FAIL_MODE decides."""
         if not self.settings.fail_open:
             raise self._unavailable(target, err)
         self._record_degraded(target, err)
         return self._direct(target, user_id, now, outage=True)
+
+    def _reckoned(self, ticket: QueueTicket, now: float, err: StoreUnavailable) -> QueueEntry:
+        """A ticket holder's poll while Redis cannot answer (fail-open): admitted when their turn has come by dead
+        reckoning, never sooner; told to poll again otherwise."""
+        target = ticket.target
+        if not self.settings.fail_open:
+            raise self._unavailable(target, err)
+        self._record_degraded(target, err)
+        turn = self.reckoner.turn(target, ticket.seq, now)
+        if turn is None:
+            count("OutagePollsUnplaced")
+            raise QueueUnavailable(self.settings.retry_after_s)
+        if turn.admitted:
+            token = self.signer.mint_entry_token(
+                target, ticket.user_id, now, self.settings.outage_token_ttl_s, entry=ticket.seq, minted=Minted.TURN
+            )
+            self.reckoner.admitted(target, ticket.seq)
+            count("OutageAdmitted")
+            return QueueEntry("ADMITTED", entry_token=token)
+        return QueueEntry(
+            "WAITING",
+            ahead_count=turn.ahead,
+            position=turn.ahead + 1,
+            eta_seconds=None if turn.due_s is None else math.ceil(turn.due_s),
+            paused=turn.paused,
+            poll_after_ms=polling.waiting_poll_after_ms(turn.due_s, self.settings.heartbeat_timeout_s),
+        )
+
+    def _write_back_turns(self, target: Target, seq: int) -> None:
+        """Redis answers again: move the mark past the turns this container reckoned without it."""
+        try:
+            self.store.raise_mark(target, seq, self.defaults.idle_ttl_ms)
+        except StoreUnavailable as err:
+            self.reckoner.admitted(target, seq)
+            logger.warning("reckoned turns not written back yet", extra={"target": str(target), "reason": str(err)})
+            return
+        logger.info("reckoned turns written back", extra={"target": str(target), "mark": seq})
 
     def _record_degraded(self, target: Target, err: StoreUnavailable) -> None:
         count("RedisDegraded")

@@ -91,7 +91,7 @@ CONTRACTS: dict[str, Contract] = {
               "default_batch", "default_tick_ms", "ticket_entry", "idle_ttl_ms", *SWITCH_ARGS),
         replies={
             "ADMITTED": ("held", "issued_now"),
-            "WAITING": ("seq", "ahead", "rate", "paused"),
+            "WAITING": ("seq", "ahead", "rate", "paused", "mark", "batch", "tick_ms", "drawn"),
             "PRE_QUEUE": ("arrival", "opens_at_ms"),
             "NOT_IN_QUEUE": (), "OTHER_ENTRY": (), "UNKNOWN_TARGET": (), "SOLD_OUT": (), "OFF": (),
             "FLAG": ("target_version",),
@@ -149,6 +149,7 @@ CONTRACTS: dict[str, Contract] = {
         reply=("evicted", "idle"),
     ),
     "forget_target": Contract(keys=("registry",), args=("target", "nonce")),
+    "raise_mark": Contract(keys=("mark",), args=("seq", "idle_ttl_ms")),
     "observe_purchase": Contract(
         keys=("config", "purchases", "stats", "events", "registered"),
         args=("sent_ms", "latency_ms", "ok", "accepted", "sold_out", "max_purchases", "purchases_ttl_ms", "token_id",

@@ -117,6 +117,7 @@ class QueueStore:
         self._restore = load_script(client, "restore")
         self._observe_purchase = load_script(client, "observe_purchase")
         self._adjust_rate = load_script(client, "adjust_rate")
+        self._raise_mark = load_script(client, "raise_mark")
 
     def enter(
         self,
@@ -234,6 +235,12 @@ class QueueStore:
         )
         left = self._guarded(self._leave.run, keys, args)
         return OtherEntry() if left == -1 else left == 1
+
+    def raise_mark(self, target: Target, seq: int, idle_ttl_ms: int) -> bool:
+        """Move the admitted mark up to `seq` (never down): the admissions a container made by dead reckoning while
+        Redis could not be asked. True if it moved."""
+        keys, args = self._raise_mark.order(mark=self.keys(target).mark, seq=seq, idle_ttl_ms=idle_ttl_ms)
+        return self._guarded(self._raise_mark.run, keys, args) == 1
 
     def consume(self, token: EntryToken, consumption_id: str, now_ms: int, open_on_first_use: bool = False) -> str:
         """Use `token` for a purchase: a `Consumption`. The marker lives the token's life and the clock-skew margin.

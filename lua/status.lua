@@ -25,7 +25,10 @@
 -- ARGV[13] queued           its decision (1 queue, 0 not)
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
---   {'WAITING', seq, ahead, rate, paused}  seq, users ahead, admissions per second, paused (0|1)
+--   {'WAITING', seq, ahead, rate, paused, mark, batch, tick_ms, drawn}  seq, users ahead, admissions per second,
+--     paused (0|1), and what a container needs to reckon the line while Redis cannot be asked
+--     (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and the highest number the
+--     opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet settled)
 --   {'PRE_QUEUE', arrival, opens_at_ms}  arrival seq, opens at (ms)
 --   {'NOT_IN_QUEUE'}
 --   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
@@ -115,4 +118,13 @@ redis.call('ZADD', heartbeat, now_ms, user_id)
 local ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
 local rate = redis.call('HGET', stats, 'rate')
   or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms))
-return {'WAITING', seq, ahead, rate, paused == '1' and 1 or 0}
+-- Numbers up to the draw's `last` were dealt anew: a ticket up to it does not tell its place in line.
+local draw_state, last, drawn_for = unpack(redis.call('HMGET', draw, 'state', 'last', 'opens_at_ms'))
+local drawn = '0'
+if (opens_at and drawn_for ~= opens_at) or (draw_state and draw_state ~= 'done') then
+  drawn = '-1'
+elseif draw_state then
+  drawn = last or '0'
+end
+return {'WAITING', seq, ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
+  tick_ms or default_tick_ms, drawn}

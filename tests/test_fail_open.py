@@ -9,6 +9,7 @@ from redis.connection import Connection
 
 from chalicelib.errors import QueueUnavailable
 from chalicelib.redis_connection import connect
+from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 
 DROP = Target("limited-drop", 42)
@@ -37,8 +38,11 @@ def test_killed_redis_answers_direct_admitted_then_queueing_resumes(room_on_own_
         entry, took = timed(lambda user=user: room.enter(DROP, str(user)))
         assert entry.status == "DIRECT_ADMITTED" and took < BUDGET_S
         assert entry.entry_token.grants(DROP, str(user))
-    polled, took = timed(lambda: room.status(DROP, "1", ticket))
-    assert polled.status == "DIRECT_ADMITTED" and took < BUDGET_S
+    # A ticket holder is never let in directly: this container never saw their line, so they poll again.
+    start = time.monotonic()
+    with pytest.raises(QueueUnavailable) as unplaced:
+        room.status(DROP, "1", ticket)
+    assert unplaced.value.headers["Retry-After"] and time.monotonic() - start < BUDGET_S
     assert '"RedisDegraded"' in capsys.readouterr().out
 
     own_redis.restart()  # empty: the data is lost with the process
@@ -126,9 +130,9 @@ def test_outage_over_http_is_never_a_5xx_other_than_an_explained_503(api, env, o
         api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": "2"}).json_body["status"]
         == "DIRECT_ADMITTED"
     )
-    assert (
-        api.http.get("/virtual-queues/limited-drop/42/entries/me", headers=me).json_body["status"] == "DIRECT_ADMITTED"
-    )
+    polled = api.http.get("/virtual-queues/limited-drop/42/entries/me", headers=me)
+    assert polled.status_code == 503 and polled.json_body["code"] == "QUEUE_UNAVAILABLE"
+    assert int(polled.headers["Retry-After"]) >= 1
     left = api.http.delete("/virtual-queues/limited-drop/42/entries/me", headers=me)
     assert left.status_code == 503 and left.json_body["code"] == "QUEUE_UNAVAILABLE"
     stats = api.http.get("/virtual-queues/limited-drop/42/stats")
@@ -153,6 +157,68 @@ def test_the_client_connects_on_its_first_command_and_keeps_one_connection_per_t
     assert client.client_getname() is None
 
 
+class FakeClock:
+    def __init__(self, now):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def test_ticket_holders_seen_in_line_are_admitted_in_turn_at_the_rate_while_redis_is_down(make_room, own_redis):
+    clock = FakeClock(time.time())
+    room = make_room(clock, REDIS_URL=own_redis.url, VQ_BATCH_SIZE=2, VQ_TICK_MS=1000, VQ_BREAKER_COOLDOWN_MS=300)
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 8)}
+    for user in (2, 5, 7):  # polls this container answered: the line as it stood
+        assert room.status(DROP, str(user), tickets[user]).status == "WAITING"
+    seen_at = clock.now
+    own_redis.kill()
+
+    admitted = {}
+    for tick in range(5):
+        clock.now = seen_at + tick + 0.9
+        for user, ticket in tickets.items():
+            if user not in admitted:
+                entry = room.status(DROP, str(user), ticket)
+                if entry.status == "ADMITTED":
+                    admitted[user] = (tick, entry.entry_token)
+                    assert entry.entry_token.expires_at == int(clock.now) + 60  # VQ_OUTAGE_TOKEN_TTL_S
+                else:
+                    assert entry.status == "WAITING" and entry.poll_after_ms > 0
+    # Two a tick, in seq order, from the tick after the last poll seen; seqs 6 and 7 are bounded by seq 7's count.
+    assert {user: tick for user, (tick, _) in admitted.items()} == {1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3, 7: 4}
+    for user, (_, token) in admitted.items():
+        assert token.minted == "turn" and token.grants(DROP, str(user))
+        # The id the pump's own admission of this entry will carry.
+        assert token.token_id == room.signer.grant(DROP, str(user), user, clock.now, 300).token_id
+    # A newcomer follows VQ_FAIL_MODE: let in directly, on a short-lived token of its own kind.
+    direct = room.enter(DROP, "8")
+    assert direct.status == "DIRECT_ADMITTED" and direct.entry_token.minted == "direct"
+    assert direct.entry_token.expires_at == int(clock.now) + 60
+
+
+def test_a_paused_line_admits_no_ticket_holder_while_redis_is_down(make_room, own_redis):
+    clock = FakeClock(time.time())
+    room = make_room(clock, REDIS_URL=own_redis.url, VQ_BATCH_SIZE=2, VQ_TICK_MS=1000)
+    ticket = room.enter(DROP, "1").queue_ticket
+    room.configure(DROP, TargetConfig(paused=True))
+    assert room.status(DROP, "1", ticket).paused
+    own_redis.kill()
+    clock.now += 3600
+    entry = room.status(DROP, "1", ticket)
+    assert (entry.status, entry.position, entry.paused, entry.eta_seconds) == ("WAITING", 1, True, None)
+
+
+def test_fail_closed_reckons_nothing(make_room, own_redis):
+    room = make_room(REDIS_URL=own_redis.url, VQ_FAIL_MODE="closed")
+    ticket = room.enter(DROP, "1").queue_ticket
+    room.status(DROP, "1", ticket)
+    own_redis.kill()
+    room.clock = lambda: time.time() + 3600
+    with pytest.raises(QueueUnavailable):
+        room.status(DROP, "1", ticket)
+
+
 def test_the_breaker_lets_nobody_in_directly_once_a_probe_finds_redis_again(make_room, own_redis):
     room = make_room(REDIS_URL=own_redis.url)  # the default breaker: 3 failures, 1 s cool-down
     room.enter(DROP, "0")
@@ -174,3 +240,26 @@ def test_the_breaker_lets_nobody_in_directly_once_a_probe_finds_redis_again(make
     assert answers[-1] == "WAITING" and time.monotonic() - resumed < 1.0 + 1.0
     # ...and once a probe succeeded, every enter is answered from Redis.
     assert {room.enter(DROP, str(user)).status for user in range(1000, 1020)} == {"WAITING"}
+
+
+def test_turns_reckoned_in_an_outage_move_the_mark_once_redis_answers(make_room, own_redis):
+    clock = FakeClock(time.time())
+    room = make_room(clock, REDIS_URL=own_redis.url, VQ_BATCH_SIZE=1, VQ_TICK_MS=1000, VQ_BREAKER_COOLDOWN_MS=300)
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 5)}
+    for user, ticket in tickets.items():
+        room.status(DROP, str(user), ticket)
+    own_redis.pause()
+    try:
+        clock.now += 2.5
+        reckoned = {user: room.status(DROP, str(user), tickets[user]) for user in (1, 2, 3)}
+    finally:
+        own_redis.resume()
+    assert [entry.status for entry in reckoned.values()] == ["ADMITTED", "ADMITTED", "WAITING"]
+    time.sleep(0.4)  # the breaker's cool-down
+    # The first poll Redis answers writes the turns back: the line goes on after them, nobody is admitted twice.
+    assert room.status(DROP, "3", tickets[3]).status == "WAITING"
+    assert room.store.client.get(room.store.keys(DROP).mark) == "2"
+    entry = room.status(DROP, "3", tickets[3])
+    assert (entry.status, entry.position) == ("WAITING", 1)
+    again = room.status(DROP, "1", tickets[1])
+    assert again.status == "ADMITTED" and again.entry_token.token_id == reckoned[1].entry_token.token_id

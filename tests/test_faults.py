@@ -1,10 +1,10 @@
 """Redis faults under load: a real Valkey process of the test's own is killed, paused or restarted empty while
 threads of virtual users enter, poll, leave and buy, and an admission pump ticks.
 
-Under each fault: no 5xx (leave may answer the explained 503 QUEUE_UNAVAILABLE), every answer within the
-timeout budget, the breaker spares most calls the timeout, service resumes by itself, and the answers stay
-consistent: a token id belongs to one admission of one user, a user holds one place per lifetime of the data,
-and nobody is admitted while someone behind them in line was admitted before.
+Under each fault: no 5xx (leave, and a poll whose place this container cannot reckon, may answer the explained 503
+QUEUE_UNAVAILABLE), every answer within the timeout budget, the breaker spares most calls the timeout, service
+resumes by itself, and the answers stay consistent: a token id belongs to one admission of one user, a user holds
+one place per lifetime of the data, and nobody is admitted while someone behind them in line was admitted before.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
+from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 from tests.support.redis_servers import OwnRedis
 
@@ -247,7 +248,11 @@ def assert_served_through_the_fault(run: Run) -> None:
     """No 5xx, no exception; fail-open answers during the fault; every call within the timeout budget."""
     assert not run.failures, run.failures
     assert not [c for c in run.calls if c.error], [c for c in run.calls if c.error][:5]
-    fives = [c for c in run.calls if c.status >= 500 and not (c.op == "leave" and c.answer == "QUEUE_UNAVAILABLE")]
+    fives = [
+        c
+        for c in run.calls
+        if c.status >= 500 and not (c.op in ("leave", "status") and c.answer == "QUEUE_UNAVAILABLE")
+    ]
     assert not fives, fives[:5]
     slow = [c for c in run.calls if c.took > CALL_BUDGET_S]
     assert not slow, f"{len(slow)} calls over the {CALL_BUDGET_S} s budget, e.g. {slow[:3]}"
@@ -257,8 +262,11 @@ def assert_served_through_the_fault(run: Run) -> None:
         for c in between(run.calls, run.fault_at + COMMAND_S + 0.1, run.healing_at)
         if c.started + c.took < run.healing_at
     ]
-    answered = [c for c in during if c.op in ("enter", "status")]
-    assert answered and {c.answer for c in answered} == {"DIRECT_ADMITTED"}
+    # Newcomers are let in directly; ticket holders by dead reckoning, in turn, or told to poll again.
+    entered = {c.answer for c in during if c.op == "enter"}
+    assert entered == {"DIRECT_ADMITTED"}
+    polled = {c.answer for c in during if c.op == "status"}
+    assert polled and polled <= {"ADMITTED", "WAITING", "QUEUE_UNAVAILABLE"}, polled
     bought = [c for c in during if c.op == "buy"]
     assert bought and all(c.status == 201 for c in bought), "purchases go through on the token's signature"
 
@@ -360,7 +368,88 @@ def test_redis_restarted_empty_loses_places_but_never_issues_a_token_or_a_place_
 
     assert_served_through_the_fault(run)
     assert_resumed(run)
-    assert_consistent(run, [(0.0, run.fault_at), (run.healing_at, float("inf"))])
+    # The new lifetime begins once Redis answers: until then, polls are reckoned from the lost one.
+    assert_consistent(run, [(0.0, run.fault_at), (run.resumed_at, float("inf"))])
     for target in TARGETS:
         before, after = seqs_handed_out(run, target)
         assert min(after) < max(before), "the data really was lost: the line started again"
+
+
+def test_an_outage_admits_ticket_holders_in_turn_at_the_rate_and_no_outage_token_buys_on_a_paused_target(
+    env, origin, own_redis
+):
+    batch, tick_s = 2, 0.5
+    env(
+        REDIS_URL=own_redis.url,
+        VQ_BREAKER_FAILURES=BREAKER_FAILURES,
+        VQ_BREAKER_COOLDOWN_MS=BREAKER_COOLDOWN_MS,
+        VQ_BATCH_SIZE=batch,
+        VQ_TICK_MS=int(tick_s * 1000),
+        VQ_TARGETS_OPEN_ON_FIRST_USE="true",
+    )
+    room, gate = runtime.waiting_room(), runtime.purchase_gate()
+    selling, held = TARGETS
+    signer = runtime.signer()
+    tickets = {user: room.enter(selling, str(user)).queue_ticket for user in range(1, 31)}
+    seqs = {user: signer.read_ticket(ticket).seq for user, ticket in tickets.items()}
+    held_ticket = room.enter(held, "1").queue_ticket
+    room.configure(held, TargetConfig(paused=True))
+    seen_from = time.time()
+    for user, ticket in tickets.items():  # the container sees the line (no pump runs: the mark stays at 0)
+        assert room.status(selling, str(user), ticket).status == "WAITING"
+    assert room.status(held, "1", held_ticket).paused
+
+    own_redis.pause()  # as a Redis stall or a failover's seconds without a primary
+    polls, tokens, newcomers = [], {}, []
+    try:
+        until = time.monotonic() + 3.0
+        while time.monotonic() < until:
+            for user, ticket in tickets.items():
+                if user not in tokens:
+                    entry = room.status(selling, str(user), ticket)
+                    polls.append((time.time(), seqs[user], entry.status))
+                    if entry.status == "ADMITTED":
+                        tokens[user] = entry.entry_token
+            newcomers.append(room.enter(held, str(1000 + len(newcomers))))
+        held_poll = room.status(held, "1", held_ticket)
+    finally:
+        own_redis.resume()
+
+    # Ticket holders: in seq order, never more than a batch a tick since the line was seen, never let in directly.
+    assert {status for _, _, status in polls} <= {"WAITING", "ADMITTED"}
+    admitted = sorted((at, seq) for at, seq, status in polls if status == "ADMITTED")
+    assert len(admitted) >= batch, "the stall was long enough for a few turns"
+    for n, (at, _) in enumerate(admitted, start=1):
+        assert n <= batch * ((at - seen_from) / tick_s + 1), f"{n} admitted {at - seen_from:.2f} s after the last look"
+    for at, seq, status in polls:
+        if status == "WAITING":
+            passed = [s for done, s in admitted if done < at and s > seq]
+            assert not passed, f"seq {seq} waits behind reckoned seqs {passed[:3]}"
+    assert all(token.minted == "turn" for token in tokens.values())
+    # Newcomers follow VQ_FAIL_MODE (open), the paused line admits no ticket holder.
+    assert {entry.status for entry in newcomers} == {"DIRECT_ADMITTED"}
+    assert (held_poll.status, held_poll.paused) == ("WAITING", True)
+
+    time.sleep(BREAKER_COOLDOWN_MS / 1000 + 0.2)
+    # Redis answers again: a token minted in the stall cannot buy on the paused target, the reckoned turns buy...
+    with pytest.raises(QueueError, match="paused"):
+        gate.purchase(purchase_of(held, newcomers[0].entry_token))
+    user, token = next(iter(tokens.items()))
+    assert gate.purchase(purchase_of(selling, token)).status == 201
+    assert [r["path"] for r in origin.requests] == [f"/limited-drops/{selling.id}/orders"]
+    # ...and the line goes on after them: the first poll Redis answers moves the mark past the reckoned turns.
+    waiting = next(u for u in tickets if u not in tokens)
+    room.status(selling, str(waiting), tickets[waiting])
+    assert int(runtime.store().client.get(runtime.store().keys(selling).mark)) == max(seq for _, seq in admitted)
+
+
+def purchase_of(target: Target, token) -> PurchaseRequest:
+    return PurchaseRequest(
+        target_type=target.type,
+        target_id=str(target.id),
+        entry_token=token.text,
+        user_id=token.user_id,
+        authorizer=None,
+        body=b'{"sku":"x"}',
+        content_type="application/json",
+    )
