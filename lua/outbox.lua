@@ -6,6 +6,10 @@
 --   stats   the target's counters hash: `events_dropped` counts events the cap pushed out unpublished
 --   cap     most events kept: a full stream loses its oldest (everything in it is unpublished); '0': events off
 --   ttl     the stream's sliding TTL (ms), from its last event
+-- Events one user can repeat at will (enter and leave again, enter and stop polling, buy and fail) have a budget of
+-- half the cap: past it, the new one is dropped, so no burst of them pushes an admission or a target's event out.
+local user_chatter = {UserLeft = true, UserEvicted = true, PurchaseCompleted = true, PurchaseFailed = true,
+  TokenRestored = true}
 local function outbox(stream, stats, cap, ttl)
   if cap == '0' then
     return function() end
@@ -14,6 +18,12 @@ local function outbox(stream, stats, cap, ttl)
   return function(kind, ...)
     local first = not length
     length = (length or redis.call('XLEN', stream)) + 1
+    if user_chatter[kind] and length > math.floor(tonumber(cap) / 2) then
+      length = length - 1
+      redis.call('HINCRBY', stats, 'events_dropped', 1)
+      redis.call('PEXPIRE', stats, ttl, 'NX')
+      return
+    end
     if length > tonumber(cap) then
       redis.call('HINCRBY', stats, 'events_dropped', 1)
       redis.call('PEXPIRE', stats, ttl, 'NX')

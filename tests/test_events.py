@@ -286,3 +286,22 @@ def test_an_outbox_entry_reads_as_its_event():
     }
     entry = event.put_events_entry("default")
     assert (entry["Source"], entry["DetailType"], entry["EventBusName"]) == ("virtual-queue", "UserAdmitted", "default")
+
+
+def test_a_burst_of_enter_and_leave_cannot_push_an_admission_out_of_the_outbox(env, aws, client):
+    env(VQ_TICK_MS=100, VQ_BATCH_SIZE=2, VQ_EVENT_BUS=BUS, VQ_EVENTS_CAP=10)
+    room, store = runtime.waiting_room(), runtime.store()
+    room.enter(DROP, "1")
+    tick()  # user 1 admitted: one UserAdmitted waiting to be published
+    for _ in range(50):  # one user entering and leaving as fast as they can
+        room.leave(DROP, "2", room.enter(DROP, "2").queue_ticket)
+    kinds = [fields["type"] for _, fields in client.xrange(store.keys(DROP).events)]
+    # User events fill half the cap; what they would add beyond is dropped, not the admission.
+    assert kinds == ["UserAdmitted"] + ["UserLeft"] * 4
+    assert client.hget(store.keys(DROP).stats, "events_dropped") == "46"
+    for user in range(3, 13):
+        room.enter(DROP, str(user))
+    time.sleep(0.11)
+    tick(times=5)  # 10 admissions: the outbox is full of admissions only now, and loses its oldest
+    kinds = [fields["type"] for _, fields in client.xrange(store.keys(DROP).events)]
+    assert kinds == ["UserAdmitted"] * 10
