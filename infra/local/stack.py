@@ -4,7 +4,8 @@ Starts an embedded Valkey (unless REDIS_URL is set), makes a throwaway signing k
 set), starts the demo shop (infra/local/demo_shop.py) as the downstream of both purchase routes, the API
 (infra/local/api.py: Chalice's local server in several worker processes) and the admission pump in a loop,
 prints where to look, and on Ctrl-C or SIGTERM stops everything it started (also when started from a script
-that ignores SIGINT). If the API or the embedded Valkey dies, it says which and stops the rest (exit 1).
+that ignores SIGINT). If the API or the embedded Valkey dies, it says which and stops the rest (exit 1); a Valkey
+that only stalls (`CLIENT PAUSE 3000`, to rehearse an outage) has VALKEY_STALL_S to answer again.
 `LocalStack` does the same for the browser test and the simulator.
 
 Options: `--port` (the API's; default VQ_LOCAL_PORT or 8000), `--shop-port` (default: the API's + 1),
@@ -49,6 +50,9 @@ DEFAULT_STOCK = 100
 API_LOG = ROOT / "build" / "local" / "api.log"
 # What tells that the API is up: an operator route that answers 200 (a 4xx would read as an error in its log).
 READY_PATH = "/virtual-queues"
+# How long the embedded Valkey may accept connections without answering (a stall, such as `CLIENT PAUSE`, to rehearse
+# an outage) before the stack takes it for dead; one that refuses connections is gone at once.
+VALKEY_STALL_S = 10.0
 
 
 class _Stopped(Exception):
@@ -95,6 +99,7 @@ class LocalStack:
         self.api: subprocess.Popen | None = None
         self._pump_thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._valkey_silent_since: float | None = None
 
     def __enter__(self) -> LocalStack:
         return self.start()
@@ -186,8 +191,25 @@ class LocalStack:
         """What has died under the running stack (the API, or the embedded Valkey), or None."""
         if self.api is not None and self.api.poll() is not None:
             return f"the API exited with code {self.api.returncode}"
-        if self.valkey is not None and not self.valkey.is_running():
+        if self.valkey is not None:
+            return self._valkey_failure()
+        return None
+
+    def _valkey_failure(self) -> str | None:
+        assert self.valkey is not None
+        if self.valkey.is_running():
+            self._valkey_silent_since = None
+            return None
+        try:
+            socket.create_connection(("127.0.0.1", self.valkey.port), timeout=1.0).close()
+        except ConnectionRefusedError:
             return "the embedded Valkey stopped: the queue's state is gone"
+        except OSError:
+            pass  # no answer to the connection either: a stall, as far as can be told
+        now = time.monotonic()
+        silent_since = self._valkey_silent_since = self._valkey_silent_since or now
+        if now - silent_since >= VALKEY_STALL_S:
+            return f"the embedded Valkey has not answered for {VALKEY_STALL_S:g} s"
         return None
 
     def describe(self, log: Path | None = None) -> str:
