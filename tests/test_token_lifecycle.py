@@ -81,20 +81,19 @@ def test_leave_and_enter_again_never_holds_two_live_tokens(room, gate, origin):
 
 
 def test_one_entry_gets_one_token_id_however_it_is_admitted(room, gate, origin):
-    ticket = room.enter(DROP, "1").queue_ticket
-    room.enter(DROP, "2")
-    admit_up_to(room, 2)
-    by_poll = room.status(DROP, "1", ticket).entry_token
+    tickets = [room.signer.read_ticket(room.enter(DROP, user).queue_ticket) for user in ("1", "2")]
+    admit_up_to(room, tickets[1].seq)
+    by_poll = room.status(DROP, "1", tickets[0].text).entry_token
     by_enter = room.enter(DROP, "2").entry_token  # enter.lua draws the id from the seq it admits
     now = time.time()
-    assert by_poll.token_id == room.signer.mint_entry_token(DROP, "1", now, 60, entry=1).token_id
-    assert by_enter.token_id == room.signer.mint_entry_token(DROP, "2", now, 60, entry=2).token_id
+    assert by_poll.token_id == room.signer.mint_entry_token(DROP, "1", now, 60, entry=tickets[0].seq).token_id
+    assert by_enter.token_id == room.signer.mint_entry_token(DROP, "2", now, 60, entry=tickets[1].seq).token_id
     assert by_poll.token_id != by_enter.token_id
     # A failover loses the admission but not the place (as the promoted node may): admitted again, the same id.
     keys = room.store.keys(DROP)
     room.store.client.delete(keys.token("1"))
-    room.store.client.zadd(keys.waiting, {"1": 1})
-    again = room.status(DROP, "1", ticket).entry_token
+    room.store.client.zadd(keys.waiting, {"1": tickets[0].seq})
+    again = room.status(DROP, "1", tickets[0].text).entry_token
     assert again.token_id == by_poll.token_id
     assert gate.purchase(request_for(by_poll)).status == 201
     with pytest.raises(EntryTokenUsed):
