@@ -217,7 +217,7 @@ class WaitingRoom:
         if isinstance(place, Waiting):
             owed = self.reckoner.saw(target, place, now)
             if owed is not None:
-                self._write_back_turns(target, owed)
+                self._write_back_turns(target, owed, place.tick_ms)
             WAITING_POLLS.add()
         elif isinstance(place, PreQueued):
             WAITING_POLLS.add()
@@ -472,10 +472,11 @@ class WaitingRoom:
             poll_after_ms=polling.waiting_poll_after_ms(turn.due_s, self.settings.heartbeat_timeout_s),
         )
 
-    def _write_back_turns(self, target: Target, seq: int) -> None:
-        """Redis answers again: move the mark past the turns this container reckoned without it."""
+    def _write_back_turns(self, target: Target, seq: int, tick_ms: int) -> None:
+        """Redis answers again: move the mark past the turns this container reckoned without it, and the pump past
+        the ticks the reckoning stood in for."""
         try:
-            self.store.raise_mark(target, seq, self.defaults.idle_ttl_ms)
+            self.store.raise_mark(target, seq, tick_ms, self.defaults.idle_ttl_ms)
         except StoreUnavailable as err:
             self.reckoner.admitted(target, seq)
             logger.warning("reckoned turns not written back yet", extra={"target": str(target), "reason": str(err)})

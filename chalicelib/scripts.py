@@ -149,7 +149,7 @@ CONTRACTS: dict[str, Contract] = {
         reply=("evicted", "idle"),
     ),
     "forget_target": Contract(keys=("registry",), args=("target", "nonce")),
-    "raise_mark": Contract(keys=("mark",), args=("seq", "idle_ttl_ms")),
+    "raise_mark": Contract(keys=("mark", "tick"), args=("seq", "tick_ms", "idle_ttl_ms")),
     "observe_purchase": Contract(
         keys=("config", "purchases", "stats", "events", "registered"),
         args=("sent_ms", "latency_ms", "ok", "accepted", "sold_out", "max_purchases", "purchases_ttl_ms", "token_id",

@@ -236,10 +236,11 @@ class QueueStore:
         left = self._guarded(self._leave.run, keys, args)
         return OtherEntry() if left == -1 else left == 1
 
-    def raise_mark(self, target: Target, seq: int, idle_ttl_ms: int) -> bool:
-        """Move the admitted mark up to `seq` (never down): the admissions a container made by dead reckoning while
-        Redis could not be asked. True if it moved."""
-        keys, args = self._raise_mark.order(mark=self.keys(target).mark, seq=seq, idle_ttl_ms=idle_ttl_ms)
+    def raise_mark(self, target: Target, seq: int, tick_ms: int, idle_ttl_ms: int) -> bool:
+        """Move the admitted mark up to `seq` (never down), and count the ticks of `tick_ms` up to now as applied:
+        the admissions a container made by dead reckoning while Redis could not be asked. True if it moved."""
+        k = self.keys(target)
+        keys, args = self._raise_mark.order(mark=k.mark, tick=k.tick, seq=seq, tick_ms=tick_ms, idle_ttl_ms=idle_ttl_ms)
         return self._guarded(self._raise_mark.run, keys, args) == 1
 
     def consume(self, token: EntryToken, consumption_id: str, now_ms: int, open_on_first_use: bool = False) -> str:

@@ -123,7 +123,7 @@ def test_every_script_touches_only_the_keys_its_call_passes(env, own_redis, stri
             )
         )
     # The turns a container reckoned while Redis could not be asked, written back (dead reckoning).
-    store.raise_mark(DROP, runtime.signer().read_ticket(tickets[2]).seq, settings.queue_idle_ttl_s * 1000)
+    store.raise_mark(DROP, runtime.signer().read_ticket(tickets[2]).seq, 100, settings.queue_idle_ttl_s * 1000)
     room.leave(DROP, "4", tickets[4])
     room.stats(DROP)
     room.config(DROP)
