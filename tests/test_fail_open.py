@@ -235,11 +235,11 @@ def test_the_breaker_lets_nobody_in_directly_once_a_probe_finds_redis_again(make
     answers = []
     for user in range(4, 1000):
         answers.append(room.enter(DROP, str(user)).status)
-        if answers[-1] == "WAITING" or time.monotonic() - resumed > 5:
+        if answers[-1] == "WAITING" or time.monotonic() - resumed > 6:
             break
         time.sleep(0.02)
     # Direct admissions last at most the cool-down past Redis answering (with a loaded machine's slack)...
-    assert answers[-1] == "WAITING" and time.monotonic() - resumed < 1.0 + 1.0
+    assert answers[-1] == "WAITING" and time.monotonic() - resumed < 1.0 + 2.0
     # ...and once a probe succeeded, every enter is answered from Redis.
     assert {room.enter(DROP, str(user)).status for user in range(1000, 1020)} == {"WAITING"}
 
