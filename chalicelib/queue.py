@@ -218,14 +218,20 @@ class WaitingRoom:
             owed = self.reckoner.saw(target, place, now)
             if owed is not None:
                 self._write_back_turns(target, owed, place.tick_ms)
+            if self.reckoner.reckoned_in(target, place.seq):
+                # Someone behind them was let in here while Redis could not be asked: their turn has come too (the
+                # written-back mark admits them from Redis at their next poll, under the same token id).
+                return self._turn(ticket, now)
             WAITING_POLLS.add()
         elif isinstance(place, PreQueued):
             WAITING_POLLS.add()
         elif isinstance(place, SoldOut):
             self.reckoner.forget(target)
-        elif isinstance(place, Admitted) and place.issued_now:
-            count("TokensIssued", target)
-            count("WaitSeconds", target, max(0.0, now - ticket.entered_at_ms / 1000), MetricUnit.Seconds)
+        elif isinstance(place, Admitted):
+            self.reckoner.saw_admitted(target, place.entry)
+            if place.issued_now:
+                count("TokensIssued", target)
+                count("WaitSeconds", target, max(0.0, now - ticket.entered_at_ms / 1000), MetricUnit.Seconds)
         return self._answer(target, user_id, place, now)
 
     def leave(self, target: Target, user_id: str, ticket_text: str | None) -> None:
@@ -457,12 +463,7 @@ class WaitingRoom:
             count("OutagePollsUnplaced")
             raise QueueUnavailable(self.settings.retry_after_s)
         if turn.admitted:
-            token = self.signer.mint_entry_token(
-                target, ticket.user_id, now, self.settings.outage_token_ttl_s, entry=ticket.seq, minted=Minted.TURN
-            )
-            self.reckoner.admitted(target, ticket.seq)
-            count("OutageAdmitted")
-            return QueueEntry("ADMITTED", entry_token=token)
+            return self._turn(ticket, now)
         return QueueEntry(
             "WAITING",
             ahead_count=turn.ahead,
@@ -471,6 +472,15 @@ class WaitingRoom:
             paused=turn.paused,
             poll_after_ms=polling.waiting_poll_after_ms(turn.due_s, self.settings.heartbeat_timeout_s),
         )
+
+    def _turn(self, ticket: QueueTicket, now: float) -> QueueEntry:
+        """A ticket holder admitted by dead reckoning: a short-lived token with their entry's id."""
+        token = self.signer.mint_entry_token(
+            ticket.target, ticket.user_id, now, self.settings.outage_token_ttl_s, entry=ticket.seq, minted=Minted.TURN
+        )
+        self.reckoner.admitted(ticket.target, ticket.seq)
+        count("OutageAdmitted")
+        return QueueEntry("ADMITTED", entry_token=token)
 
     def _write_back_turns(self, target: Target, seq: int, tick_ms: int) -> None:
         """Redis answers again: move the mark past the turns this container reckoned without it, and the pump past

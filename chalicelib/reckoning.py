@@ -15,7 +15,8 @@ polls again, and waits for Redis.
 
 When Redis answers again, the container moves the line's admitted mark up to the highest seq it admitted
 (`QueueStore.raise_mark`): everyone ahead of it was due by the same reckoning, so the line goes on in order and
-the pump does not spend slots on users already let in.
+the pump does not spend slots on users already let in. Until Redis's mark has passed that seq, the container
+admits anyone ahead of it whom Redis still finds waiting: nobody is told to wait behind someone it let in.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class _Line:
     paused: bool
     drawn: int  # numbers up to this were dealt anew by the opening draw: a ticket up to it does not tell its place
     ahead_of: OrderedDict[int, int] = field(default_factory=OrderedDict)  # seq -> users seen ahead of it
+    reckoned: int | None = None  # the highest seq admitted by reckoning here, until Redis's mark passes it
+    owed: bool = False  # ...and not yet written back
 
 
 class Reckoner:
@@ -60,7 +63,6 @@ class Reckoner:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lines: OrderedDict[Target, _Line] = OrderedDict()
-        self._admitted: dict[Target, int] = {}  # the highest seq admitted by reckoning, not yet written back
 
     def saw(self, target: Target, place: Waiting, now: float) -> int | None:
         """A poll of `target`'s line reached Redis at `now` and found its user `place`. Answers the seq the line's
@@ -74,12 +76,14 @@ class Reckoner:
         per_tick = min(float(place.batch), place.rate * place.tick_ms / 1000)
         with self._lock:
             line = self._lines.pop(target, None)
-            owed = self._admitted.pop(target, None)
             if line is None or line.drawn != place.drawn or place.mark < line.mark:
-                line, owed = _Line(now, place.mark, per_tick, place.tick_ms, place.paused, place.drawn), None
+                line = _Line(now, place.mark, per_tick, place.tick_ms, place.paused, place.drawn)
             else:
                 line.seen_at, line.mark, line.per_tick = now, place.mark, per_tick
                 line.tick_ms, line.paused = place.tick_ms, place.paused
+            if line.reckoned is not None and line.reckoned <= place.mark:
+                line.reckoned, line.owed = None, False  # Redis's mark has passed them: nothing is owed
+            owed, line.owed = (line.reckoned if line.owed else None), False
             self._lines[target] = line
             if len(self._lines) > MAX_LINES:
                 self._lines.popitem(last=False)
@@ -88,7 +92,14 @@ class Reckoner:
                 line.ahead_of[place.seq] = place.ahead
                 if len(line.ahead_of) > MAX_SIGHTINGS:
                     line.ahead_of.popitem(last=False)
-        return owed if owed is not None and owed > place.mark else None
+        return owed
+
+    def saw_admitted(self, target: Target, entry: int) -> None:
+        """A poll Redis answered found the user of line seq `entry` admitted: the mark has passed it."""
+        with self._lock:
+            line = self._lines.get(target)
+            if line is not None and entry > line.mark:
+                line.mark = entry
 
     def admitted(self, target: Target, seq: int) -> None:
         """The ticket numbered `seq` was admitted by reckoning: the mark owes it, unless its place is one an opening
@@ -96,13 +107,19 @@ class Reckoner:
         with self._lock:
             line = self._lines.get(target)
             if line is not None and seq > max(line.drawn, line.mark):
-                self._admitted[target] = max(seq, self._admitted.get(target, 0))
+                line.reckoned, line.owed = max(seq, line.reckoned or 0), True
+
+    def reckoned_in(self, target: Target, seq: int) -> bool:
+        """Whether this container admitted someone behind seq `seq` (a line seq, not one the draw dealt) by
+        reckoning, and Redis's mark has not yet passed them: the user at `seq` is due too."""
+        with self._lock:
+            line = self._lines.get(target)
+            return line is not None and line.reckoned is not None and line.drawn < seq <= line.reckoned
 
     def forget(self, target: Target) -> None:
         """The line is gone (sold out): nothing about it can be reckoned any more."""
         with self._lock:
             self._lines.pop(target, None)
-            self._admitted.pop(target, None)
 
     def turn(self, target: Target, seq: int, now: float) -> Turn | None:
         """The standing of the ticket numbered `seq` at `now`, or None if this container cannot bound it."""
@@ -112,6 +129,8 @@ class Reckoner:
                 return None
             if seq <= line.mark and (seq > line.drawn or line.mark >= line.drawn):
                 return Turn(admitted=True)  # the pump admitted them already
+            if line.reckoned is not None and line.drawn < seq <= line.reckoned:
+                return Turn(admitted=True)  # someone behind them was let in here
             # Users ahead of this seq: seen for itself, or one fewer than seen for anyone behind it.
             bounds = [ahead - (seen > seq) for seen, ahead in line.ahead_of.items() if seen >= seq]
             seen_at, per_tick, tick_ms, paused = line.seen_at, line.per_tick, line.tick_ms, line.paused

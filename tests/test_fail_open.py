@@ -278,3 +278,26 @@ def test_the_pump_makes_up_no_tick_the_reckoning_stood_in_for(make_room, reckone
         room.store.raise_mark(DROP, room.signer.read_ticket(tickets[2]).seq, 100, 60_000)
     admitted = pump.run(ticks=1).admitted
     assert admitted <= 1 if reckoned else admitted >= 2  # made up for, up to VQ_CATCHUP_TICKS, only if nobody was
+
+
+def test_nobody_is_told_to_wait_behind_a_turn_reckoned_here(make_room, own_redis):
+    clock = FakeClock(time.time())
+    room = make_room(clock, REDIS_URL=own_redis.url, VQ_BATCH_SIZE=1, VQ_TICK_MS=1000, VQ_BREAKER_COOLDOWN_MS=300)
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 4)}
+    for user, ticket in tickets.items():
+        room.status(DROP, str(user), ticket)
+    own_redis.pause()
+    try:
+        clock.now += 2.5
+        reckoned = room.status(DROP, "2", tickets[2])  # user 1 does not poll in the outage
+    finally:
+        own_redis.resume()
+    assert reckoned.status == "ADMITTED"
+    time.sleep(0.4)  # the breaker's cool-down
+    # Redis still has user 1 waiting when it answers their poll (the turns are written back by that very poll).
+    first = room.status(DROP, "1", tickets[1])
+    assert first.status == "ADMITTED" and first.entry_token.minted == "turn"
+    again = room.status(DROP, "1", tickets[1])  # ...and now from Redis, under the same id
+    assert (again.status, again.entry_token.minted) == ("ADMITTED", "queue")
+    assert again.entry_token.token_id == first.entry_token.token_id
+    assert room.status(DROP, "3", tickets[3]).position == 1

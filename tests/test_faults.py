@@ -325,15 +325,25 @@ def assert_consistent(run: Run, epochs: list[tuple[float, float]]) -> None:
         assert not twice, ("a user got two places in one line", history(run, *twice[0]))
         assert all(len(users) == 1 for users in seq_owner.values()), "two users got the same seq"
         assert all(len(a) == 1 for a in admissions.values()), "a user was admitted twice, at two places or tokens"
-        # FIFO: once a user was admitted, nobody ahead of them (smaller seq) is told to wait any longer.
+        # FIFO: once a user was admitted, nobody ahead of them (smaller seq) is told to wait any longer. Among the
+        # tickets of this lifetime: a container reckons an earlier lifetime's tickets until Redis tells it otherwise.
+        placed = {(c.target, c.user, c.seq) for c in calls if c.op == "enter" and c.answer == "WAITING"}
         for target in TARGETS:
             admitted = sorted(
                 (c.started + c.took, c.seq)
                 for c in calls
-                if c.target == target and c.answer == "ADMITTED" and c.op == "status"
+                if c.target == target
+                and c.answer == "ADMITTED"
+                and c.op == "status"
+                and (target, c.user, c.seq) in placed
             )
             for c in calls:
-                if c.target == target and c.op == "status" and c.answer == "WAITING":
+                if (
+                    c.target == target
+                    and c.op == "status"
+                    and c.answer == "WAITING"
+                    and (target, c.user, c.seq) in placed
+                ):
                     passed = [seq for done, seq in admitted if done < c.started and seq > c.seq]
                     assert not passed, f"user {c.user} (seq {c.seq}) waits behind admitted seqs {passed[:3]}"
 

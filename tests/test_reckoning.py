@@ -105,3 +105,23 @@ def test_turns_reckoned_are_owed_to_the_mark_once_redis_answers_unless_it_lost_t
     reckoner.admitted(DROP, 15)
     assert reckoner.saw(DROP, poll(3, 2, mark=0), T0 + 6) is None
     assert reckoner.turn(DROP, 12, T0 + 6) is None  # nobody seen behind it in the line as it is now
+
+
+def test_everyone_ahead_of_a_reckoned_turn_is_due_until_the_mark_passes_it():
+    reckoner = line(poll(15, 4, mark=10), poll(30, 10, mark=10))
+    reckoner.admitted(DROP, 15)
+    assert reckoner.reckoned_in(DROP, 12) and reckoner.reckoned_in(DROP, 15) and not reckoner.reckoned_in(DROP, 16)
+    assert reckoner.turn(DROP, 12, T0).admitted  # not yet due by the counts seen, but someone behind was let in
+    assert reckoner.saw(DROP, poll(30, 10, mark=10), T0 + 1) == 15
+    assert reckoner.reckoned_in(DROP, 12)  # written back, but Redis's mark has not passed it yet
+    reckoner.saw(DROP, poll(30, 5, mark=15), T0 + 2)
+    assert not reckoner.reckoned_in(DROP, 12)
+
+
+def test_an_admission_redis_answered_moves_the_mark_seen():
+    reckoner = line(poll(40, 20, mark=10))
+    assert not reckoner.turn(DROP, 25, T0).admitted
+    reckoner.saw_admitted(DROP, 30)  # someone at seq 30 was admitted: the pump's mark passed seq 25 too
+    assert reckoner.turn(DROP, 25, T0).admitted
+    reckoner.saw_admitted(DROP, 20)
+    assert reckoner.turn(DROP, 30, T0).admitted and not reckoner.turn(DROP, 31, T0).admitted
