@@ -10,7 +10,8 @@ from typing import Any, TypeVar, cast
 import pybreaker
 import redis
 from redis.backoff import NoBackoff
-from redis.connection import Connection
+from redis.commands.core import Script
+from redis.connection import Connection, Encoder
 from redis.credentials import CredentialProvider
 from redis.exceptions import RedisClusterException
 from redis.lock import Lock
@@ -140,6 +141,19 @@ class _ClusterOnFirstUse:
 
     def lock(self, name: str, **options: Any) -> Lock:
         return Lock(self, name, **options)
+
+    # A process's first Lock registers redis-py's lock scripts on this client: registering (a hash of the text)
+    # needs no node, so it must not build the cluster client (the pump would not start while the cluster hangs).
+    def register_script(self, script: str) -> Script:
+        return Script(cast(redis.RedisCluster, self), script)  # it answers what a RedisCluster would
+
+    def get_encoder(self) -> Encoder:
+        options = self._options
+        return Encoder(
+            options.get("encoding", "utf-8"),
+            options.get("encoding_errors", "strict"),
+            options.get("decode_responses", False),
+        )
 
     def __getattr__(self, name: str) -> Any:
         if callable(getattr(redis.RedisCluster, name, None)):
