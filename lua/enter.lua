@@ -3,8 +3,8 @@
 -- fair random order at opening; once the pump began that draw, newcomers queue behind in arrival order.
 -- KEYS[1] waiting     zset: user id -> seq (users in line, admitted ones until they collect their token)
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
--- KEYS[3] seq         counter: source of sequence numbers (pre-queue arrivals take theirs from it too)
--- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
+-- KEYS[3] seq         the last sequence number handed out (pre-queue arrivals take theirs from it too)
+-- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted (a new line's starts below its first seq)
 -- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet);
@@ -86,7 +86,8 @@ if config_values[7] == '1' then
   return {'SOLD_OUT'}
 end
 
--- Numbers go back to Redis as the text they came in (ARGV, replies): a Lua number turned into text costs a printf.
+-- Numbers go back to Redis as the text they came in (ARGV, replies): a Lua number turned into text costs a printf,
+-- and a seq has more digits than Lua's 14 (it would come out as 1.79...e+15).
 local mark_text = redis.call('GET', mark) or '0'
 local mark_number = tonumber(mark_text)
 local seq_text = redis.call('ZSCORE', waiting, user_id)
@@ -115,14 +116,26 @@ if not seq_number and not arrival then
   if ahead + redis.call('ZCARD', prequeue) >= tonumber(config_values[3] or default_max_waiting) then
     return {'FULL'}
   end
-  local number = redis.call('INCR', seq)
+  -- The seq fence (docs/failover.md#the-fences): a seq is above the last one handed out and never below the
+  -- server clock in microseconds, so a promoted replica that lacks the newest entries hands out seqs above
+  -- theirs without waiting for anyone to notice the failover.
+  local last = redis.call('GET', seq)
+  local time = redis.call('TIME')
+  local number = math.max(tonumber(last or '0') + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
+  seq_text = string.format('%d', number)
+  redis.call('SET', seq, seq_text, 'KEEPTTL')
+  if not last then
+    -- A new line: its mark starts just below its first seq, so no ticket of an earlier line restores a place in it.
+    mark_text = string.format('%d', number - 1)
+    redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
+  end
   local opens_at = tonumber(config_values[4])
   if opens_at and now < opens_at and redis.call('HGET', draw, 'opens_at_ms') ~= config_values[4] then
     arrival = number
-    redis.call('ZADD', prequeue, arrival, user_id)
+    redis.call('ZADD', prequeue, seq_text, user_id)
   else
     seq_number = number
-    redis.call('ZADD', waiting, seq_number, user_id)
+    redis.call('ZADD', waiting, seq_text, user_id)
   end
   created = 1
 end
@@ -144,7 +157,7 @@ end
 if not seq_number then
   return {'PRE_QUEUE', arrival, config_values[4], created, register}
 end
-ahead = ahead or redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_number)
+ahead = ahead or redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
 local rate = redis.call('HGET', stats, 'rate')
   or tostring(tonumber(config_values[1] or default_batch) * 1000 / tonumber(config_values[2] or default_tick_ms))
 return {'WAITING', seq_number, ahead, rate, config_values[8] == '1' and 1 or 0, created, register}

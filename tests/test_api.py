@@ -9,6 +9,7 @@ import pytest
 from hypothesis import strategies as st
 
 from chalicelib import runtime
+from tests.support.ticks import admit_through
 
 BASE = "/virtual-queues/limited-drop/42/entries"
 
@@ -59,7 +60,7 @@ def test_enter_status_leave_over_http(api):
     polled = api.http.get(BASE + "/me", headers=me)
     assert polled.status_code == 200 and body(polled)["position"] == 1
 
-    runtime.store().client.set(runtime.store().keys(runtime.waiting_room().signer.read_ticket(ticket).target).mark, 1)
+    admit_through(runtime.store(), runtime.waiting_room().signer.read_ticket(ticket).target)
     admitted = body(api.http.get(BASE + "/me", headers=me))
     assert admitted["status"] == "ADMITTED" and admitted["entryToken"] and admitted["tokenExpiresAt"].endswith("Z")
 
@@ -332,7 +333,7 @@ def test_a_user_id_with_braces_and_bars_keeps_to_its_target_s_slot_through_the_w
     store, target = runtime.store(), Target("limited-drop", 42)
     keys = store.keys(target)
     assert key_slot(keys.token(user).encode()) == key_slot(keys.waiting.encode())
-    store.client.set(keys.mark, 10**6)
+    admit_through(store, target)
     admitted = body(api.http.get(BASE + "/me", headers=me))
     assert admitted["status"] == "ADMITTED"
     buying = {"X-User-Id": user, "X-Entry-Token": admitted["entryToken"], "Content-Type": "application/json"}

@@ -16,6 +16,7 @@ from chalicelib.config import ConfigError, load_settings
 from chalicelib.identity import UNKNOWN_KEY_REFETCH_S, JwtIdentity
 from chalicelib.targets import Target
 from tests.support import jwts
+from tests.support.ticks import admit_through
 
 BASE = "/virtual-queues/limited-drop/42"
 ENTRIES = BASE + "/entries"
@@ -45,7 +46,7 @@ def enter(api, headers):
 def admit():
     """Everyone in line for limited drop 42 is admitted (the pump's mark moved past them)."""
     store = runtime.store()
-    store.client.set(store.keys(Target("limited-drop", 42)).mark, 10**6)
+    admit_through(store, Target("limited-drop", 42))
 
 
 def buy(api, headers, token, payload=b'{"quantity": 1}', content_type="application/json"):

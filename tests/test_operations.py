@@ -15,6 +15,7 @@ from chalicelib.errors import QueueFull
 from chalicelib.observability import logger
 from chalicelib.targets import Target
 from tests.conftest import TEST_KEYS
+from tests.support.ticks import admit_through
 
 DROP = Target("limited-drop", 42)
 OTHER = Target("limited-drop", 43)
@@ -181,7 +182,7 @@ def test_metrics_are_emf_with_the_target_dimension(make_room, capsys):
     ticket = room.enter(DROP, "1").queue_ticket
     with pytest.raises(QueueFull):
         room.enter(DROP, "2")
-    room.store.client.set(room.store.keys(DROP).mark, 1)
+    admit_through(room.store, DROP, "1")
     room.status(DROP, "1", ticket)
 
     emitted = {}
@@ -276,7 +277,7 @@ def test_stats_p95_is_right_within_the_histograms_resolution(room):
 def test_stats_of_a_live_queue(room):
     tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 6)}
     room.leave(DROP, "5", tickets[5])
-    room.store.client.set(room.store.keys(DROP).mark, 2)
+    admit_through(room.store, DROP, "2")
     room.status(DROP, "1", tickets[1])
     stats = room.stats(DROP)
     assert stats["waitingCount"] == 2 and stats["leftCount"] == 1

@@ -11,18 +11,21 @@ from redis.crc import key_slot
 from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueFull
 from chalicelib.store import REGISTRATION_REFRESH_MS
 from chalicelib.targets import Target
+from tests.support.ticks import admit_through
 
 DROP = Target("limited-drop", 42)
 EVENT = Target("ticketing-event", 42)
 
 
-def admit_up_to(room, target, mark):
-    """Move the admitted mark as the pump would."""
-    room.store.client.set(room.store.keys(target).mark, mark)
+def admit_up_to(room, target, user):
+    """Move the admitted mark as the pump would, to `user`'s seq."""
+    admit_through(room.store, target, user)
 
 
-def test_concurrent_enters_give_each_user_one_seq_without_gaps_or_ties(room):
+def test_concurrent_enters_give_each_user_one_seq_and_no_two_users_the_same(room):
     users = [user for user in range(1, 201) for _ in range(5)]
+    seconds, micros = room.store.client.time()
+    started_us = seconds * 1_000_000 + micros
 
     def enter(user):
         # The store's answer carries the seq itself; the room's answer carries the ticket naming it.
@@ -36,7 +39,10 @@ def test_concurrent_enters_give_each_user_one_seq_without_gaps_or_ties(room):
     for user, place in answers:
         seqs_seen[user].add(place.seq)
     assert all(len(seqs) == 1 for seqs in seqs_seen.values())
-    assert sorted(seqs.pop() for seqs in seqs_seen.values()) == list(range(1, 201))
+    seqs = sorted(seqs.pop() for seqs in seqs_seen.values())
+    assert len(set(seqs)) == 200
+    # Never below the server clock in microseconds (the seq fence), and the counter holds the last one handed out.
+    assert seqs[0] >= started_us and int(room.store.client.get(room.store.keys(DROP).seq)) == seqs[-1]
     assert sum(place.created for _, place in answers) == 200
     assert room.store.client.zcard(room.store.keys(DROP).waiting) == 200
 
@@ -181,7 +187,7 @@ def test_status_refreshes_the_heartbeat_of_a_waiting_user(make_room, client):
 
 @pytest.mark.parametrize("forge", ["missing", "junk", "other user", "other target", "other type"])
 def test_status_and_leave_need_the_users_own_ticket(room, signer, forge):
-    room.enter(DROP, "1")
+    seq = signer.read_ticket(room.enter(DROP, "1").queue_ticket).seq
     ticket = {
         "missing": None,
         "junk": "not-a-ticket",
@@ -193,7 +199,7 @@ def test_status_and_leave_need_the_users_own_ticket(room, signer, forge):
         room.status(DROP, "1", ticket)
     with pytest.raises(InvalidQueueTicket):
         room.leave(DROP, "1", ticket)
-    assert room.store.client.zscore(room.store.keys(DROP).waiting, "1") == 1
+    assert room.store.client.zscore(room.store.keys(DROP).waiting, "1") == seq
 
 
 def test_an_entry_token_is_not_a_queue_ticket(room):
@@ -224,11 +230,11 @@ def test_leaving_after_admission_drops_the_held_token(room):
 
 def test_reentering_after_leaving_goes_to_the_back_with_a_new_ticket(room):
     first = room.enter(DROP, "1")
-    room.enter(DROP, "2")
+    second = room.enter(DROP, "2")
     room.leave(DROP, "1", first.queue_ticket)
     again = room.enter(DROP, "1")
     assert again.queue_ticket and again.queue_ticket != first.queue_ticket
-    assert room.signer.read_ticket(again.queue_ticket).seq == 3
+    assert room.signer.read_ticket(again.queue_ticket).seq > room.signer.read_ticket(second.queue_ticket).seq
     assert again.position == 2
 
 
@@ -294,7 +300,8 @@ def test_each_client_call_is_one_round_trip(room, client, monkeypatch):
     admit_up_to(room, DROP, 2)
     assert round_trips(lambda: room.status(DROP, "2", ticket)) == 1
     assert round_trips(lambda: room.status(DROP, "2", ticket)) == 1
-    assert round_trips(lambda: room.leave(DROP, "3", room.signer.issue_ticket(DROP, "3", 3, 1).text)) == 1
+    third = room.signer.issue_ticket(DROP, "3", int(client.zscore(room.store.keys(DROP).waiting, "3")), 1).text
+    assert round_trips(lambda: room.leave(DROP, "3", third)) == 1
 
 
 class FakeClock:

@@ -52,7 +52,7 @@ class Model:
     seconds, collected tokens, whether the pump visits the target, and the ticks it applied."""
 
     def __init__(self) -> None:
-        self.next_seq = 1
+        self.last_seq = 0  # the last seq handed out (0: none yet, the line is new)
         self.line: dict[int, int] = {}
         self.heartbeat: dict[int, int] = {}
         self.mark = 0
@@ -150,9 +150,11 @@ class QueueMachine(RuleBasedStateMachine):
             assert len(m.waiting()) < CAPACITY, "accepted over capacity"
             assert entry.status == "WAITING" and entry.queue_ticket
             ticket = self.signer.read_ticket(entry.queue_ticket)
-            assert ticket.seq == m.next_seq, "seqs are handed out in arrival order"
-            m.line[user], m.heartbeat[user] = m.next_seq, self.offset_s
-            m.next_seq += 1
+            assert ticket.seq > m.last_seq, "seqs are handed out in arrival order"
+            if not m.last_seq:
+                m.mark = ticket.seq - 1  # a new line's mark starts just below its first seq
+            m.line[user], m.heartbeat[user] = ticket.seq, self.offset_s
+            m.last_seq = ticket.seq
             m.registered = True
             assert entry.position == m.ahead_of(ticket.seq) + 1
             self.tickets[user] = entry.queue_ticket

@@ -14,6 +14,7 @@ from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 from tests.support.observed import counted
+from tests.support.ticks import admit_through
 
 DROP = Target("limited-drop", 42)
 
@@ -26,8 +27,8 @@ class FakeClock:
         return self.now
 
 
-def admit_up_to(room, mark):
-    room.store.client.set(room.store.keys(DROP).mark, mark)
+def admit_up_to(room):
+    admit_through(room.store, DROP)
 
 
 def request_for(token):
@@ -53,7 +54,7 @@ def gate(origin):
 def test_leaving_revokes_the_unused_token_and_frees_its_max_active_slot(room, gate, origin):
     room.configure(DROP, TargetConfig(max_active=1))
     ticket = room.enter(DROP, "1").queue_ticket
-    admit_up_to(room, 1)
+    admit_up_to(room)
     token = room.status(DROP, "1", ticket).entry_token
     assert room.stats(DROP)["activeCount"] == 1
     room.leave(DROP, "1", ticket)
@@ -65,13 +66,13 @@ def test_leaving_revokes_the_unused_token_and_frees_its_max_active_slot(room, ga
 
 def test_leave_and_enter_again_never_holds_two_live_tokens(room, gate, origin):
     tokens = []
-    for round_ in range(3):
+    for _ in range(3):
         ticket = room.enter(DROP, "1").queue_ticket
-        admit_up_to(room, round_ + 1)  # the user's seq in this round
+        admit_up_to(room)
         tokens.append(room.status(DROP, "1", ticket).entry_token)
         room.leave(DROP, "1", ticket)
     ticket = room.enter(DROP, "1").queue_ticket
-    admit_up_to(room, 4)
+    admit_up_to(room)
     live = room.status(DROP, "1", ticket).entry_token
     for old in tokens:
         with pytest.raises(QueueBypassDenied):
@@ -127,7 +128,7 @@ def test_tokens_minted_without_redis_cannot_buy_on_a_held_target_once_redis_answ
 
 def test_leaving_after_buying_keeps_the_purchase(room, gate, origin):
     ticket = room.enter(DROP, "1").queue_ticket
-    admit_up_to(room, 1)
+    admit_up_to(room)
     token = room.status(DROP, "1", ticket).entry_token
     assert gate.purchase(request_for(token)).status == 201
     room.leave(DROP, "1", ticket)
@@ -139,7 +140,7 @@ def test_a_revocation_lives_as_long_as_the_token_and_the_margin(room, client):
     from chalicelib.store import CLOCK_SKEW_MARGIN_MS
 
     ticket = room.enter(DROP, "1").queue_ticket
-    admit_up_to(room, 1)
+    admit_up_to(room)
     token = room.status(DROP, "1", ticket).entry_token
     room.leave(DROP, "1", ticket)
     revoked = room.store.keys(DROP).revoked
@@ -157,9 +158,9 @@ def test_an_earlier_entrys_ticket_is_refused_and_changes_nothing(room, client):
     for call in (room.status, room.leave):
         with pytest.raises(InvalidQueueTicket):
             call(DROP, 1, first)
-    assert client.zscore(room.store.keys(DROP).waiting, "1") == 2
+    assert client.zscore(room.store.keys(DROP).waiting, "1") == room.signer.read_ticket(second).seq
     # Once the later entry is admitted, the earlier ticket still cannot collect its token.
-    admit_up_to(room, 2)
+    admit_up_to(room)
     with pytest.raises(InvalidQueueTicket):
         room.status(DROP, "1", first)
     assert room.status(DROP, "1", second).status == "ADMITTED"
@@ -177,7 +178,7 @@ def test_waits_count_from_the_entrys_own_time(make_room):
     room.leave(DROP, "1", first)
     clock.now += 20
     second = room.enter(DROP, "1").queue_ticket
-    admit_up_to(room, 2)
+    admit_up_to(room)
     clock.now += 0.9
     with pytest.raises(InvalidQueueTicket):
         room.status(DROP, "1", first)

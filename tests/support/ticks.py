@@ -12,3 +12,14 @@ def server_ms(client):
 def wait_for_next_tick(client, tick_ms):
     """Sleep until just after the next tick of `tick_ms` begins on the Redis clock."""
     time.sleep((tick_ms - server_ms(client) % tick_ms + 5) / 1000)
+
+
+def admit_through(store, target, user_id=None):
+    """Move `target`'s admitted mark as the pump would, to `user_id`'s seq (without one, past everyone in line). Seqs
+    follow the server clock (lua/enter.lua), so tests name whom to admit rather than a number."""
+    keys = store.keys(target)
+    if user_id is None:
+        mark = store.client.zrange(keys.waiting, -1, -1, withscores=True)[0][1]
+    else:
+        mark = store.client.zscore(keys.waiting, str(user_id))
+    store.client.set(keys.mark, int(mark))
