@@ -262,6 +262,10 @@ for _kind in TARGET_TYPES.values():
 
 # --- admission pump ---
 
+# What the pump saw applied per target (chalicelib/pump.py), kept while the container stays warm: a failover between
+# two invocations is fenced too.
+_PUMP_SEEN: dict = {}
+
 
 @app.lambda_function(name="admission_pump")
 @logger.inject_lambda_context
@@ -272,7 +276,7 @@ def admission_pump(event, context):
     # Loaded here, not with the routes: the API's functions never run the pump, and load this module cold.
     from chalicelib.pump import Pump, ticks_requested
 
-    pump = Pump(runtime.store(), runtime.settings(), publisher=runtime.publisher())
+    pump = Pump(runtime.store(), runtime.settings(), publisher=runtime.publisher(), seen=_PUMP_SEEN)
     run = pump.run(ticks_requested(event), remaining_ms=context.get_remaining_time_in_millis, until_idle=True)
     return run.to_body()
 

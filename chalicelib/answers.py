@@ -139,6 +139,9 @@ class QueueFigures:
     allowed_batch: float | None  # users per tick the shop's health allows (originSlo), if adjusted
     purchases: list[shop_health.Purchase]  # the latest forwarded purchases, newest first
     last_tick_ms: int | None = None  # start of the last tick the pump applied to the target (None: none yet)
+    restored: int = 0  # places restored from their signed tickets (status.lua)
+    fences: int = 0  # failovers the pump fenced (admit.lua)
+    lost_seqs: tuple[int, int] | None = None  # the last fence's seqs that may have been lost, (from, to]
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,7 @@ class TargetTick:
     paused: bool = False
     sold_out: bool = False
     per_tick: float = 0.0  # users per tick in force: the batch, less while the shop is unhealthy; 0 paused or sold out
+    fenced: tuple[int, int] | None = None  # a failover fenced by this tick: the seqs it may have lost, (from, to]
 
 
 # How to read enter.lua's and status.lua's answers (by tag, then by the field names of chalicelib/scripts.py).

@@ -74,8 +74,12 @@ class Pump:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         publisher: Publisher | None = None,
+        seen: dict[Target, tuple[int, int]] | None = None,
     ) -> None:
         self.store = store
+        # Per target, the last tick (its start, ms) and mark this pump saw applied: a node holding less lost writes to
+        # a failover, and the next tick fences it (admit.lua). Kept across invocations of a warm container (app.py).
+        self.seen = {} if seen is None else seen
         # State-change events go out beside the ticks, while this pump holds the lock (chalicelib/events.py).
         self.events = (
             None
@@ -161,7 +165,7 @@ class Pump:
             if not self._hold_lock():
                 return TickReport(held_lock=False, targets={}, errors=0)
             nonces = self.store.registered_targets(self.rules.idle_ttl_ms)
-            results = self.store.admit_and_evict_all(list(nonces), self.rules)
+            results = self.store.admit_and_evict_all(list(nonces), self.rules, self.seen)
         except Exception:
             # Never crash: a dead Redis or a bug costs this tick, and the next tick tries again.
             logger.exception("pump tick failed")
@@ -177,6 +181,7 @@ class Pump:
                 count("PumpErrors")
                 continue
             self._server_offset_ms = result.server_ms - self.clock() * 1000
+            self._remember(target, result)
             self._emit_gauges(target, result)
             if result.idle:
                 idle[target] = nonces[target]
@@ -197,6 +202,9 @@ class Pump:
         if idle:
             try:
                 forgotten = self.store.forget_targets(idle)
+                for target in forgotten:
+                    # Its keys expire once idle: a new line there starts afresh, and is no failover to fence.
+                    self.seen.pop(target, None)
                 logger.info("forgot idle targets", extra={"targets": [str(t) for t in forgotten]})
             except REDIS_FAILURES:
                 # Harmless: the target is visited again next tick and forgotten then.
@@ -204,6 +212,20 @@ class Pump:
                 count("PumpErrors")
                 errors += 1
         return TickReport(held_lock=True, targets=results, errors=errors)
+
+    def _remember(self, target: Target, result: TargetTick) -> None:
+        """Note what the node holds after this tick; report a failover the tick fenced."""
+        if result.fenced is not None:
+            lost_from, lost_to = result.fenced
+            count("FailoverFenced", target)
+            logger.warning(
+                "failover fenced: the node had lost writes; seqs in the range may have been lost",
+                extra={"target": str(target), "lost_seqs_from": lost_from, "lost_seqs_to": lost_to},
+            )
+        # Whatever this call did, the node now holds this tick (admit.lua applies it or found it applied).
+        tick = result.server_ms // result.tick_ms * result.tick_ms
+        seen_tick, seen_mark = self.seen.get(target, (0, 0))
+        self.seen[target] = (max(seen_tick, tick), max(seen_mark, result.mark))
 
     def _has_work(self) -> bool:
         try:
@@ -257,7 +279,6 @@ class Pump:
         capacity = result.max_waiting or self.max_waiting
         gauges.add_metric(name="QueueLength", unit=MetricUnit.Count, value=result.waiting)
         gauges.add_metric(name="QueueFullPercent", unit=MetricUnit.Percent, value=100 * result.waiting / capacity)
-        gauges.add_metric(name="AdmittedMark", unit=MetricUnit.Count, value=result.mark)
         gauges.add_metric(name="Admitted", unit=MetricUnit.Count, value=result.admitted)
         gauges.add_metric(name="Evicted", unit=MetricUnit.Count, value=result.evicted)
         gauges.add_metric(

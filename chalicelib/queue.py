@@ -270,6 +270,8 @@ class WaitingRoom:
             "soldOutReleasedCount": figures.sold_out_released,
             "ordersCount": figures.orders,
             "notInvitedCount": figures.not_invited,
+            "restoredCount": figures.restored,
+            "failovers": _failovers(figures),
             "configuredRatePerSec": _rounded(self._batch(figures.config) * 1000 / self._tick_ms(figures.config)),
             "effectiveRatePerSec": _rounded(self._effective_rate(figures)),
             "recentShop": shop_health.health(figures.purchases, now_ms),
@@ -560,6 +562,14 @@ def _other_entry() -> InvalidQueueTicket:
 
 def _unknown() -> UnknownTarget:
     return UnknownTarget("no such queue: an operator opens one with PUT .../config (vq open)")
+
+
+def _failovers(figures: QueueFigures) -> dict:
+    """The failovers the pump fenced, and the range of seqs the last one may have lost (docs/failover.md)."""
+    body: dict = {"fenced": figures.fences}
+    if figures.lost_seqs is not None:
+        body["lostSeqsFrom"], body["lostSeqsTo"] = figures.lost_seqs
+    return body
 
 
 def _rounded(value: float | None) -> float | None:

@@ -25,6 +25,7 @@ class QueueKeys:
         self.waits = f"{self.base}:waits"
         self.admissions = f"{self.base}:admissions"
         self.revoked = f"{self.base}:revoked"
+        self.ended = f"{self.base}:ended"
         self.health = f"{self.base}:health"
         self.purchases = f"{self.base}:purchases"
         self.events = f"{self.base}:events"

@@ -86,7 +86,8 @@ CONTRACTS: dict[str, Contract] = {
         },
     ),
     "status": Contract(
-        keys=("waiting", "heartbeat", "mark", "token", "stats", "waits", "config", "prequeue", "active", "draw"),
+        keys=("waiting", "heartbeat", "mark", "token", "stats", "waits", "config", "prequeue", "active", "draw", "seq",
+              "ended"),
         args=("user_id", "now_ms", "grant", "grant_ttl_ms", "grant_expires_ms", "wait_ms", "wait_bucket",
               "default_batch", "default_tick_ms", "ticket_entry", "idle_ttl_ms", *SWITCH_ARGS),
         replies={
@@ -98,7 +99,7 @@ CONTRACTS: dict[str, Contract] = {
         },
     ),
     "leave": Contract(
-        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "draw", "events"),
+        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "draw", "events", "ended"),
         args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS),
         reporting=True,
     ),
@@ -107,7 +108,7 @@ CONTRACTS: dict[str, Contract] = {
         args=("consumption_id", "marker_ttl_ms", "user_id", "token_id", "open_on_first_use", "minted", "now_ms"),
     ),
     "restore": Contract(
-        keys=("consumed", "active", "events", "stats"),
+        keys=("consumed", "active", "events", "stats", "revoked", "config", "waiting", "mark"),
         args=("consumption_id", "user_id", "token_expires_ms", "outcome", "token_id", *OUTBOX_ARGS),
         reporting=True,
     ),
@@ -136,14 +137,15 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "admit": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "tick", "stats", "waits", "admissions", "config", "prequeue",
-              "draw", "active", "health", "events"),
-        args=("default_tick_ms", "default_batch", "catchup_ticks", "idle_ttl_ms", *OUTBOX_ARGS),
+              "draw", "active", "health", "events", "ended"),
+        args=("default_tick_ms", "default_batch", "catchup_ticks", "idle_ttl_ms", *OUTBOX_ARGS, "seen_tick_ms",
+              "seen_mark", "fence_margin_us", "fence_window_ms"),
         reporting=True,
         reply=("applied_tick", "admitted", "mark", "waiting", "server_ms", "needs_draw", "tick_ms", "batch",
-               "max_waiting", "max_active", "paused", "sold_out", "per_tick"),
+               "max_waiting", "max_active", "paused", "sold_out", "per_tick", "fenced_from", "fenced_to"),
     ),
     "evict": Contract(
-        keys=("waiting", "heartbeat", "registered", "stats", "prequeue", "events"),
+        keys=("waiting", "heartbeat", "registered", "stats", "prequeue", "events", "ended"),
         args=("heartbeat_timeout_ms", "max_evict", *OUTBOX_ARGS),
         reporting=True,
         reply=("evicted", "idle"),

@@ -50,6 +50,10 @@ OUTBOX_TTL_MS = 86_400_000
 # two EventBridge periods ahead, so the run that starts before the opening is already ticking at it.
 OPEN_LOOKAHEAD_MS = 120_000
 OPEN_KEPT_MS = 1_800_000
+# How far above its own clock a fence puts the seq of a node that lost writes (docs/failover.md#the-fences): the
+# seqs the old primary handed out are below its clock, and this covers the new node's clock running up to a second
+# behind the old one's beyond the time the failover took.
+FENCE_MARGIN_US = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,8 @@ class QueueStore:
             prequeue=k.prequeue,
             active=k.active,
             draw=k.draw,
+            seq=k.seq,
+            ended=k.ended,
             user_id=user_id,
             now_ms=now_ms,
             grant=grant.text,
@@ -226,6 +232,7 @@ class QueueStore:
             revoked=k.revoked,
             draw=k.draw,
             events=k.events,
+            ended=k.ended,
             user_id=user_id,
             ticket_entry=entry,
             now_ms=now_ms,
@@ -280,6 +287,10 @@ class QueueStore:
             active=k.active,
             events=k.events,
             stats=k.stats,
+            revoked=k.revoked,
+            config=k.config,
+            waiting=k.waiting,
+            mark=k.mark,
             consumption_id=consumption_id,
             user_id=token.user_id,
             token_expires_ms=token.expires_at * 1000,
@@ -342,6 +353,9 @@ class QueueStore:
             allowed_batch=float(health["batch"]) if "batch" in health else None,
             purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
             last_tick_ms=int(reply.last_tick_ms) if reply.last_tick_ms else None,
+            restored=counters.get("restored", 0),
+            fences=counters.get("fences", 0),
+            lost_seqs=(counters["fence_lost_from"], counters["fence_lost_to"]) if "fence_lost_to" in counters else None,
         )
 
     def config(self, target: Target) -> tuple[TargetConfig, str] | None:
@@ -565,12 +579,16 @@ class QueueStore:
         """The registered targets, in order, for operators (a client-facing call: through the breaker)."""
         return sorted(self._guarded(self.registered_targets))
 
-    def admit_and_evict_all(self, targets: Sequence[Target], rules: PumpRules) -> dict[Target, TargetTick | Exception]:
+    def admit_and_evict_all(
+        self, targets: Sequence[Target], rules: PumpRules, seen: Mapping[Target, tuple[int, int]] | None = None
+    ) -> dict[Target, TargetTick | Exception]:
         """One pump tick for every target, all in one round trip: evict users who stopped polling, then admit.
 
         Evicting first keeps this tick's admissions for users still waiting. A target whose scripts fail
-        gets its error back instead of a result, so it cannot stop the others.
+        gets its error back instead of a result, so it cannot stop the others. `seen` holds, per target, the last
+        tick (its start, ms) and mark the pump saw applied: a node holding less is fenced (admit.lua).
         """
+        seen = seen or {}
         calls = []
         for target in targets:
             k = self.keys(target)
@@ -582,6 +600,7 @@ class QueueStore:
                     stats=k.stats,
                     prequeue=k.prequeue,
                     events=k.events,
+                    ended=k.ended,
                     heartbeat_timeout_ms=rules.heartbeat_timeout_ms,
                     max_evict=rules.max_evict,
                     **self.outbox,
@@ -615,11 +634,16 @@ class QueueStore:
                     active=k.active,
                     health=k.health,
                     events=k.events,
+                    ended=k.ended,
                     default_tick_ms=rules.tick_ms,
                     default_batch=rules.batch,
                     catchup_ticks=rules.catchup_ticks,
                     idle_ttl_ms=rules.idle_ttl_ms,
                     **self.outbox,
+                    seen_tick_ms=seen.get(target, (0, 0))[0],
+                    seen_mark=seen.get(target, (0, 0))[1],
+                    fence_margin_us=FENCE_MARGIN_US,
+                    fence_window_ms=rules.heartbeat_timeout_ms,
                 )
             )
         replies = run_pipelined(self.client, calls)
@@ -648,6 +672,7 @@ class QueueStore:
                 paused=tick.paused == 1,
                 sold_out=tick.sold_out == 1,
                 per_tick=float(tick.per_tick),
+                fenced=(tick.fenced_from, tick.fenced_to) if tick.fenced_to else None,
             )
         return results
 

@@ -4,10 +4,13 @@
 -- goes on at the rate rather than catching up on the pause.
 -- KEYS[1] waiting     zset: user id -> seq (admitted users stay until they collect their token)
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
--- KEYS[3] seq         counter: source of sequence numbers
+-- KEYS[3] seq         the last sequence number handed out
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[5] tick        start time (ms) of the last applied tick
--- KEYS[6] stats       hash of counters: `admitted` counts admissions; `rate` is the measured admission rate
+-- KEYS[6] stats       hash of counters: `admitted` counts admissions; `rate` is the measured admission rate;
+--                     `fences` counts failovers fenced, `fence_lost_from`, `fence_lost_to` and `fence_until_ms` the
+--                     last one's range of seqs that may have been lost, and until when status.lua restores one of
+--                     them admitted
 -- KEYS[7] waits       wait-time histogram (only its TTL is kept here)
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users
 --                     waiting
@@ -19,19 +22,27 @@
 -- KEYS[13] health     hash: `batch`, the users per tick the shop's health allows (adjust_rate.lua), and `carry`,
 --                     the fraction of a user owed from earlier ticks; read only when the target has an originSlo
 -- KEYS[14] events     the target's outbox stream (outbox.lua): UserAdmitted for each user admitted
+-- KEYS[15] ended      zset: user id -> seq of their last entry that ended on purpose (its records the mark passed
+--                     are dropped: status.lua restores no such seq)
 -- ARGV[1] default_tick_ms  default tick length (ms)
 -- ARGV[2] default_batch    default batch (users per tick)
 -- ARGV[3] catchup_ticks    catch-up cap (ticks)
 -- ARGV[4] idle_ttl_ms      idle TTL (ms)
 -- ARGV[5] outbox_cap       outbox cap (events)
 -- ARGV[6] outbox_ttl_ms    outbox TTL (ms)
--- Returns {applied_tick, admitted, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active, paused, sold_out, per_tick}:
+-- ARGV[7] seen_tick_ms     the last tick (its start, ms) the calling pump saw applied to this target (0: none)
+-- ARGV[8] seen_mark        the mark it saw then (0: none)
+-- ARGV[9] fence_margin_us  how far above the server clock a fence raises the seq (us)
+-- ARGV[10] fence_window_ms how long after a fence status.lua restores an entry the mark passed among the seqs lost
+-- Returns {applied_tick, admitted, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active, paused, sold_out, per_tick, fenced_from, fenced_to}:
 --   applied tick (0 if already applied), admitted now, mark, waiting not yet admitted, server time (ms), the
 --   pre-queue needs its opening draw (0|1), tick length (ms), batch, max waiting or 0, max active or 0, paused
---   (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held)
+--   (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held), and the
+--   range of seqs a failover fenced by this call may have lost (0, 0: no fence)
 local waiting, heartbeat, seq, mark, tick, stats, waits, admissions, config, prequeue, draw, active, health,
-  events = unpack(KEYS)
-local default_tick_ms, default_batch, catchup_ticks, idle_ttl_ms, outbox_cap, outbox_ttl_ms = unpack(ARGV)
+  events, ended = unpack(KEYS)
+local default_tick_ms, default_batch, catchup_ticks, idle_ttl_ms, outbox_cap, outbox_ttl_ms, seen_tick_ms, seen_mark,
+  fence_margin_us, fence_window_ms = unpack(ARGV)
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -50,6 +61,31 @@ local tick_number = math.floor(now / tick_ms)
 -- Kept as a time, not a tick number, so a change of tick length never replays or skips a tick.
 local last = tonumber(redis.call('GET', tick))
 local mark_text = redis.call('GET', mark) or '0'
+-- The failover fence (docs/failover.md#the-fences). A node holding an older tick or a lower mark than the calling
+-- pump saw applied has lost writes: a promoted replica that lagged. Tick and mark go back to what the pump saw (no
+-- tick applied twice, no admission undone), the seq above the clock by the margin (no seq handed out twice), and
+-- the seqs that may have been lost are recorded: from the node's last tick or mark (what came before reached it)
+-- to the raised seq.
+local fenced_from, fenced_to = 0, 0
+if tonumber(seen_tick_ms) > (last or 0) or tonumber(seen_mark) > tonumber(mark_text) then
+  fenced_from = math.max((last or 0) * 1000, tonumber(mark_text))
+  fenced_to = math.max(tonumber(redis.call('GET', seq) or '0'),
+    tonumber(time[1]) * 1000000 + tonumber(time[2]) + tonumber(fence_margin_us))
+  redis.call('SET', seq, string.format('%d', fenced_to), 'PX', idle_ttl_ms)
+  if tonumber(seen_tick_ms) > (last or 0) then
+    last = tonumber(seen_tick_ms)
+    redis.call('SET', tick, seen_tick_ms, 'PX', idle_ttl_ms)
+  end
+  if tonumber(seen_mark) > tonumber(mark_text) then
+    mark_text = seen_mark
+    redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
+  end
+  redis.call('HSET', stats, 'fence_lost_from', string.format('%d', fenced_from), 'fence_lost_to',
+    string.format('%d', fenced_to), 'fence_until_ms', now + tonumber(fence_window_ms))
+  redis.call('HINCRBY', stats, 'fences', 1)
+end
+settings[#settings + 1] = fenced_from
+settings[#settings + 1] = fenced_to
 local collecting = redis.call('ZCOUNT', waiting, '-inf', mark_text)
 local waiting_count = redis.call('ZCARD', waiting) - collecting
 if last and tick_number * tick_ms <= last then
@@ -58,7 +94,7 @@ end
 
 -- Sliding TTL: a queue the pump still visits stays alive (its configuration is the operator's to keep).
 local function keep_alive()
-  for _, key in ipairs({waiting, heartbeat, seq, mark, stats, waits, admissions, prequeue, draw, active}) do
+  for _, key in ipairs({waiting, heartbeat, seq, mark, stats, waits, admissions, prequeue, draw, active, ended}) do
     redis.call('PEXPIRE', key, idle_ttl_ms)
   end
 end
@@ -109,6 +145,14 @@ if admitted > 0 then
   end
   redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
   redis.call('HINCRBY', stats, 'admitted', admitted)
+  -- The records of entries the mark passed restore nothing any more, but while a fence's window lasts, those among
+  -- the seqs it found lost.
+  local floor = tonumber(mark_text)
+  local fence = redis.call('HMGET', stats, 'fence_lost_from', 'fence_until_ms')
+  if fence[1] and now < tonumber(fence[2]) then
+    floor = math.min(floor, tonumber(fence[1]))
+  end
+  redis.call('ZREMRANGEBYSCORE', ended, '-inf', string.format('%d', floor))
 end
 redis.call('SET', tick, tick_number * tick_ms, 'PX', idle_ttl_ms)
 

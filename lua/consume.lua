@@ -2,7 +2,7 @@
 -- KEYS[1] consumed   this token id's one-time marker: the id of the consumption holding it, or 'unknown' once a
 --                    forwarded purchase had no certain outcome (lives the token's life plus a clock-skew margin)
 -- KEYS[2] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token (for maxActive)
--- KEYS[3] revoked    zset: token id -> until when (ms) it stays refused; tokens given up by a leaving holder
+-- KEYS[3] revoked    zset: token id -> until when (ms) it stays refused; tokens a leaving holder gave up
 -- KEYS[4] config     hash: known_since_ms once an operator opened the target; paused, sold_out, closes_at_ms
 -- ARGV[1] consumption_id     a fresh consumption id, so only this consumption can settle or restore the token
 -- ARGV[2] marker_ttl_ms      the marker's TTL (ms)
@@ -35,7 +35,14 @@ if minted ~= 'queue' then
   end
 end
 if redis.call('ZSCORE', revoked, token_id) then
-  return 'REVOKED'
+  -- Its holder left (leave.lua). A purchase already made with it stands: one of unknown outcome may still be sent
+  -- again under its key, a settled one is used; else the token was given up unused.
+  local marker = redis.call('GET', consumed)
+  if marker == 'unknown' then
+    redis.call('SET', consumed, consumption_id, 'KEEPTTL')
+    return 'RETRY'
+  end
+  return marker and 'USED' or 'REVOKED'
 end
 if redis.call('SET', consumed, consumption_id, 'NX', 'PX', marker_ttl_ms) then
   redis.call('ZREM', active, user_id)

@@ -1,7 +1,7 @@
 -- draw_begin.lua: begin the opening draw of a target's pre-queue, or find the one already begun.
 -- Once begun, enter.lua sends newcomers into line behind the pre-queue, never into it.
--- KEYS[1] draw        hash: opens_at_ms, seed, state ('drawing' | 'done'), placed, drawn_at_ms, and `last`: the
---                     highest arrival number in the pre-queue (the draw deals the numbers up to it anew)
+-- KEYS[1] draw        hash: opens_at_ms, seed, state ('drawing' | 'done'), placed, drawn_at_ms, and `first` and
+--                     `last`: the lowest and highest arrival numbers in the pre-queue (the draw deals them anew)
 -- KEYS[2] config      hash: the target's own configuration (opens_at_ms)
 -- KEYS[3] prequeue    zset: user id -> arrival seq (it no longer grows once the draw is begun)
 -- ARGV[1] fresh_seed  a fresh seed, used only if no draw was begun for this opening
@@ -14,8 +14,10 @@ if draw_record[1] == opens_at and draw_record[2] then
   return {draw_record[2], draw_record[3] == 'done' and 1 or 0}
 end
 redis.call('DEL', draw)
+local lowest = redis.call('ZRANGE', prequeue, 0, 0, 'WITHSCORES')[2] or '0'
 local highest = redis.call('ZRANGE', prequeue, -1, -1, 'WITHSCORES')[2] or '0'
-redis.call('HSET', draw, 'opens_at_ms', opens_at, 'seed', fresh_seed, 'state', 'drawing', 'last', highest)
+redis.call('HSET', draw, 'opens_at_ms', opens_at, 'seed', fresh_seed, 'state', 'drawing', 'first', lowest, 'last',
+  highest)
 -- The record expires with the pre-queue it draws from (the pump slides both while it visits the target).
 local ttl = redis.call('PTTL', prequeue)
 if ttl > 0 then

@@ -2,19 +2,22 @@
 -- per call so that a mass departure never blocks Redis. Admitted users who never came back for their
 -- token are still in line, so they go the same way. When nobody is left in line, the target's
 -- `registered` marker is dropped: the pump may then forget it, and the next enter registers it again.
+-- Eviction is final: each evicted entry's seq is recorded, so its ticket never restores the place (status.lua).
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] registered  present while the pump knows this target
 -- KEYS[4] stats       hash of counters: `evicted` counts evictions
 -- KEYS[5] prequeue    zset: users waiting for the opening (they have no heartbeat yet, and keep the target known)
 -- KEYS[6] events      the target's outbox stream (outbox.lua): UserEvicted; unpublished events keep the target known
+-- KEYS[7] ended       zset: user id -> seq of their last entry that ended on purpose (left, evicted); the pump
+--                     slides its TTL (admit.lua)
 -- ARGV[1] heartbeat_timeout_ms  heartbeat timeout (ms)
 -- ARGV[2] max_evict             most users to evict
 -- ARGV[3] outbox_cap            outbox cap (events)
 -- ARGV[4] outbox_ttl_ms         outbox TTL (ms)
 -- Returns {evicted, idle}: users evicted, and idle (0|1): nobody is left in line nor in the pre-queue, and no
 -- event is unpublished (the `registered` marker was dropped)
-local waiting, heartbeat, registered, stats, prequeue, events = unpack(KEYS)
+local waiting, heartbeat, registered, stats, prequeue, events, ended = unpack(KEYS)
 local heartbeat_timeout_ms, max_evict, outbox_cap, outbox_ttl_ms = unpack(ARGV)
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 local time = redis.call('TIME')
@@ -24,6 +27,18 @@ local stale = redis.call('ZRANGEBYSCORE', heartbeat, '-inf', now - tonumber(hear
 -- In chunks: Lua's stack bounds how many arguments one call may take.
 for i = 1, #stale, 1000 do
   local j = math.min(i + 999, #stale)
+  local seqs = redis.call('ZMSCORE', waiting, unpack(stale, i, j))
+  local records = {}
+  for n = i, j do
+    local seq = seqs[n - i + 1]
+    if seq then
+      records[#records + 1] = seq
+      records[#records + 1] = stale[n]
+    end
+  end
+  if #records > 0 then
+    redis.call('ZADD', ended, 'GT', unpack(records))
+  end
   redis.call('ZREM', waiting, unpack(stale, i, j))
   redis.call('ZREM', heartbeat, unpack(stale, i, j))
 end

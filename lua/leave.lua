@@ -1,5 +1,6 @@
--- leave.lua: take a user out of line (or out of the pre-queue), and revoke the entry token they hold unused.
--- Idempotent. Only the ticket of the user's current entry may do it.
+-- leave.lua: take a user out of line (or out of the pre-queue), and revoke the entry token they hold (unused, or
+-- used by a purchase that may yet be given back). Idempotent. Only the ticket of the user's current entry may do it.
+-- Leaving is final: the entry's number is recorded, so its ticket never restores the place (status.lua).
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
@@ -7,8 +8,9 @@
 -- KEYS[5] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[6] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- KEYS[7] revoked     zset: token id -> until when (ms) it stays refused (its expiry plus the clock-skew margin)
--- KEYS[8] draw        hash: `last`, the highest arrival number the opening draw placed
+-- KEYS[8] draw        hash: `first` and `last`, the lowest and highest arrival numbers the opening draw dealt anew
 -- KEYS[9] events      the target's outbox stream (outbox.lua): UserLeft
+-- KEYS[10] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
 -- ARGV[1] user_id               user id
 -- ARGV[2] ticket_entry          the entry number on the caller's ticket
 -- ARGV[3] now_ms                now (ms)
@@ -17,7 +19,7 @@
 -- ARGV[6] outbox_cap            outbox cap (events)
 -- ARGV[7] outbox_ttl_ms         outbox TTL (ms)
 -- Returns 1 if the user was in line, 0 if not, -1 if the ticket is of another (earlier) entry: nothing changes.
-local waiting, heartbeat, token, stats, prequeue, active, revoked, draw, events = unpack(KEYS)
+local waiting, heartbeat, token, stats, prequeue, active, revoked, draw, events, ended = unpack(KEYS)
 local user_id, ticket_entry, now_ms, clock_skew_margin_ms, idle_ttl_ms, outbox_cap, outbox_ttl_ms = unpack(ARGV)
 local held = redis.call('GET', token)
 local number = redis.call('ZSCORE', waiting, user_id) or redis.call('ZSCORE', prequeue, user_id)
@@ -25,10 +27,13 @@ local number = redis.call('ZSCORE', waiting, user_id) or redis.call('ZSCORE', pr
 if number then
   -- The opening draw deals the pre-queue's arrival numbers anew: within them, a ticket cannot tell its entry.
   local ticket, current = tonumber(ticket_entry), tonumber(number)
-  local last = tonumber(redis.call('HGET', draw, 'last') or '0')
-  if ticket ~= current and (ticket > last or current > last) then
+  local drawn = redis.call('HMGET', draw, 'first', 'last')
+  local first, last = tonumber(drawn[1] or '0'), tonumber(drawn[2] or '0')
+  if ticket ~= current and not (ticket >= first and ticket <= last and current >= first and current <= last) then
     return -1
   end
+  redis.call('ZADD', ended, 'GT', number, user_id)
+  redis.call('PEXPIRE', ended, idle_ttl_ms)
 end
 
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
@@ -38,12 +43,14 @@ if removed == 1 then
   redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
 end
 redis.call('ZREM', heartbeat, user_id)
-local expiry = redis.call('ZSCORE', active, user_id)
-local revoked_id
-if held and expiry then
-  -- Issued and unused: refused from now on, so leaving and entering again never holds two live tokens.
-  local until_ms = tonumber(expiry) + tonumber(clock_skew_margin_ms)
-  revoked_id = string.match(held, '%.(%S+)$')
+local expires_s, revoked_id
+if held then
+  expires_s, revoked_id = string.match(held, ' (%d+)%.(%S+)$')
+end
+if revoked_id then
+  -- Refused from now on, so leaving and entering again never holds two live tokens, and a token a purchase used
+  -- is not given back (restore.lua) once its holder left.
+  local until_ms = tonumber(expires_s) * 1000 + tonumber(clock_skew_margin_ms)
   redis.call('ZREMRANGEBYSCORE', revoked, '-inf', now_ms)
   redis.call('ZADD', revoked, until_ms, revoked_id)
   redis.call('PEXPIREAT', revoked, until_ms, 'NX')

@@ -3,12 +3,16 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
--- KEYS[5] stats       hash of counters: wait_count, wait_ms; `rate`: admissions per second measured by the pump
+-- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; `rate`: admissions per second measured by the
+--                     pump; `fence_lost_from`, `fence_lost_to`, `fence_until_ms`: the seqs the last failover may
+--                     have lost, and until when an entry among them the mark passed is restored admitted
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
 -- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms, known_since_ms, sold_out, paused
 -- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[9] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
--- KEYS[10] draw       hash: `last`, the highest arrival number the opening draw placed
+-- KEYS[10] draw       hash: `first` and `last`, the lowest and highest arrival numbers the opening draw dealt anew
+-- KEYS[11] seq        the last sequence number handed out
+-- KEYS[12] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
 -- ARGV[1] user_id           user id
 -- ARGV[2] now_ms            now (ms)
 -- ARGV[3] grant             a fresh entry token's grant, stored (after the entry's number) only if this call admits
@@ -30,13 +34,13 @@
 --     (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and the highest number the
 --     opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet settled)
 --   {'PRE_QUEUE', arrival, opens_at_ms}  arrival seq, opens at (ms)
---   {'NOT_IN_QUEUE'}
+--   {'NOT_IN_QUEUE'} (and the ticket restores nothing)
 --   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
 --   {'UNKNOWN_TARGET'}
 --   {'SOLD_OUT'} (the user's place, if any, is released: counted as `sold_out_released` in stats)
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version
-local waiting, heartbeat, mark, token, stats, waits, config, prequeue, active, draw = unpack(KEYS)
+local waiting, heartbeat, mark, token, stats, waits, config, prequeue, active, draw, seq, ended = unpack(KEYS)
 local user_id, now_ms, grant, grant_ttl_ms, grant_expires_ms, wait_ms, wait_bucket, default_batch, default_tick_ms,
   ticket_entry, idle_ttl_ms, flag_version, queued = unpack(ARGV)
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
@@ -52,13 +56,50 @@ if queued == '0' then
 end
 -- A ticket belongs to one entry. The opening draw deals the pre-queue's arrival numbers anew: within
 -- them, a ticket cannot tell its entry.
+-- Read only when needed: most polls carry the ticket of the entry they find.
+local function dealt()
+  local drawn = redis.call('HMGET', draw, 'first', 'last')
+  return tonumber(drawn[1] or '0'), tonumber(drawn[2] or '0')
+end
 local function other_entry(number)
   local ticket, current = tonumber(ticket_entry), tonumber(number)
   if ticket == current then
     return false
   end
-  local last = tonumber(redis.call('HGET', draw, 'last') or '0')
-  return ticket > last or current > last
+  local first, last = dealt()
+  return not (ticket >= first and ticket <= last and current >= first and current <= last)
+end
+
+-- The ticket restores a place the store lost (a failover promoted a replica that lacked it: docs/failover.md), if
+-- the store cannot have forgotten it otherwise: not one the opening draw dealt anew, nor one its user left or was
+-- evicted from, nor one the mark passed (admitted, or of an earlier line: a new line's mark starts below its first
+-- seq) unless it is among the seqs the last failover may have lost, and that recently. Answers where it went.
+local function restore()
+  local mark_text = redis.call('GET', mark)
+  local ticket = tonumber(ticket_entry)
+  local _, last = dealt()
+  if not mark_text or ticket <= last or ticket <= tonumber(redis.call('ZSCORE', ended, user_id) or '0') then
+    return nil
+  end
+  if ticket <= tonumber(mark_text) then
+    local fence = redis.call('HMGET', stats, 'fence_lost_from', 'fence_lost_to', 'fence_until_ms')
+    if not (fence[1] and ticket > tonumber(fence[1]) and ticket <= tonumber(fence[2])
+        and tonumber(now_ms) < tonumber(fence[3])) then
+      return nil
+    end
+    -- Admitted again once only: the record keeps a second poll of this ticket from a second turn.
+    redis.call('ZADD', ended, ticket_entry, user_id)
+  end
+  if tonumber(redis.call('GET', seq) or '0') < ticket then
+    redis.call('SET', seq, ticket_entry, 'KEEPTTL')
+  end
+  redis.call('HINCRBY', stats, 'restored', 1)
+  if opens_at and tonumber(now_ms) < tonumber(opens_at) and redis.call('HGET', draw, 'opens_at_ms') ~= opens_at then
+    redis.call('ZADD', prequeue, ticket_entry, user_id)
+    return prequeue
+  end
+  redis.call('ZADD', waiting, ticket_entry, user_id)
+  return waiting
 end
 
 if not known_since then
@@ -82,23 +123,29 @@ if sold_out == '1' then
 end
 
 local seq_text = redis.call('ZSCORE', waiting, user_id)
-local seq = tonumber(seq_text)
-if not seq then
+local seq_number = tonumber(seq_text)
+if not seq_number then
   local arrival = redis.call('ZSCORE', prequeue, user_id)
   if arrival and other_entry(arrival) then
     return {'OTHER_ENTRY'}
   elseif arrival then
     return {'PRE_QUEUE', arrival, opens_at}
   end
-  return {'NOT_IN_QUEUE'}
+  local restored = restore()
+  if not restored then
+    return {'NOT_IN_QUEUE'}
+  elseif restored == prequeue then
+    return {'PRE_QUEUE', ticket_entry, opens_at}
+  end
+  seq_text, seq_number = ticket_entry, tonumber(ticket_entry)
 end
-if other_entry(seq) then
+if other_entry(seq_number) then
   return {'OTHER_ENTRY'}
 end
 local mark_text = redis.call('GET', mark) or '0'
 local mark_number = tonumber(mark_text)
-if seq <= mark_number then
-  held = seq .. ' ' .. grant
+if seq_number <= mark_number then
+  held = seq_text .. ' ' .. grant
   redis.call('SET', token, held, 'PX', grant_ttl_ms)
   redis.call('ZREM', waiting, user_id)
   redis.call('ZREM', heartbeat, user_id)
@@ -126,5 +173,5 @@ if (opens_at and drawn_for ~= opens_at) or (draw_state and draw_state ~= 'done')
 elseif draw_state then
   drawn = last or '0'
 end
-return {'WAITING', seq, ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
+return {'WAITING', seq_number, ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
   tick_ms or default_tick_ms, drawn}

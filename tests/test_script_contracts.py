@@ -186,10 +186,10 @@ def test_a_call_names_every_key_and_argument_and_nothing_else():
 
 def test_a_reply_is_read_by_name_and_a_reply_of_another_shape_is_refused():
     admit = Script(None, "admit", "", CONTRACTS["admit"])
-    tick = admit.read(list(range(13)))
+    tick = admit.read(list(range(15)))
     assert (tick.applied_tick, tick.mark, tick.per_tick) == (0, 2, 12)
     with pytest.raises(ValueError):
-        admit.read(list(range(12)))
+        admit.read(list(range(14)))
     status = Script(None, "status", "", CONTRACTS["status"])
     assert status.read(["WAITING", 5, 2, "50", 0, "3", "100", "2000", "0"]).ahead == 2
     with pytest.raises(ValueError):
