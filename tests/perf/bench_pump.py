@@ -122,13 +122,13 @@ def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
             self.rng = random.Random()
             self.calls_until_freeze = self.rng.randint(3, 8)
 
-        def admit_and_evict_all(self, targets, rules):
+        def admit_and_evict_all(self, targets, rules, seen=None):
             if mode == "freezes":
                 self.calls_until_freeze -= 1
                 if self.calls_until_freeze == 0:
                     self.calls_until_freeze = self.rng.randint(3, 8)
                     time.sleep(self.rng.uniform(lease_s + 0.1, lease_s + 0.19))
-            answer = super().admit_and_evict_all(targets, rules)
+            answer = super().admit_and_evict_all(targets, rules, seen)
             results.extend((self.number, r) for r in answer.values())
             return answer
 
