@@ -86,7 +86,7 @@ CONTRACTS: dict[str, Contract] = {
         },
     ),
     "status": Contract(
-        keys=("waiting", "heartbeat", "mark", "token", "stats", "waits", "config", "prequeue", "active", "draw", "seq",
+        keys=("waiting", "heartbeat", "mark", "token", "stats", "waits", "config", "prequeue", "active", "draw",
               "ended"),
         args=("user_id", "now_ms", "grant", "grant_ttl_ms", "grant_expires_ms", "wait_ms", "wait_bucket",
               "default_batch", "default_tick_ms", "ticket_entry", "idle_ttl_ms", *SWITCH_ARGS),

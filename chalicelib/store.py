@@ -199,7 +199,6 @@ class QueueStore:
             prequeue=k.prequeue,
             active=k.active,
             draw=k.draw,
-            seq=k.seq,
             ended=k.ended,
             user_id=user_id,
             now_ms=now_ms,

@@ -118,13 +118,16 @@ if not seq_number and not arrival then
   end
   -- The seq fence (docs/failover.md#the-fences): a seq is above the last one handed out and never below the
   -- server clock in microseconds, so a promoted replica that lacks the newest entries hands out seqs above
-  -- theirs without waiting for anyone to notice the failover.
-  local last = redis.call('GET', seq)
+  -- theirs without waiting for anyone to notice the failover. The clock is almost always ahead: one SET ... GET.
   local time = redis.call('TIME')
-  local number = math.max(tonumber(last or '0') + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
+  local number = tonumber(time[1]) * 1000000 + tonumber(time[2])
   seq_text = string.format('%d', number)
-  redis.call('SET', seq, seq_text, 'KEEPTTL')
-  if not last then
+  local last = redis.call('SET', seq, seq_text, 'KEEPTTL', 'GET')
+  if last and tonumber(last) >= number then
+    number = tonumber(last) + 1
+    seq_text = string.format('%d', number)
+    redis.call('SET', seq, seq_text, 'KEEPTTL')
+  elseif not last then
     -- A new line: its mark starts just below its first seq, so no ticket of an earlier line restores a place in it.
     mark_text = string.format('%d', number - 1)
     redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)

@@ -11,8 +11,7 @@
 -- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[9] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- KEYS[10] draw       hash: `first` and `last`, the lowest and highest arrival numbers the opening draw dealt anew
--- KEYS[11] seq        the last sequence number handed out
--- KEYS[12] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
+-- KEYS[11] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
 -- ARGV[1] user_id           user id
 -- ARGV[2] now_ms            now (ms)
 -- ARGV[3] grant             a fresh entry token's grant, stored (after the entry's number) only if this call admits
@@ -40,7 +39,7 @@
 --   {'SOLD_OUT'} (the user's place, if any, is released: counted as `sold_out_released` in stats)
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version
-local waiting, heartbeat, mark, token, stats, waits, config, prequeue, active, draw, seq, ended = unpack(KEYS)
+local waiting, heartbeat, mark, token, stats, waits, config, prequeue, active, draw, ended = unpack(KEYS)
 local user_id, now_ms, grant, grant_ttl_ms, grant_expires_ms, wait_ms, wait_bucket, default_batch, default_tick_ms,
   ticket_entry, idle_ttl_ms, flag_version, queued = unpack(ARGV)
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
@@ -55,51 +54,15 @@ if queued == '0' then
   return {'OFF'}
 end
 -- A ticket belongs to one entry. The opening draw deals the pre-queue's arrival numbers anew: within
--- them, a ticket cannot tell its entry.
--- Read only when needed: most polls carry the ticket of the entry they find.
-local function dealt()
-  local drawn = redis.call('HMGET', draw, 'first', 'last')
-  return tonumber(drawn[1] or '0'), tonumber(drawn[2] or '0')
-end
+-- them, a ticket cannot tell its entry (the draw records the first and last it dealt).
 local function other_entry(number)
   local ticket, current = tonumber(ticket_entry), tonumber(number)
   if ticket == current then
     return false
   end
-  local first, last = dealt()
+  local drawn = redis.call('HMGET', draw, 'first', 'last')
+  local first, last = tonumber(drawn[1] or '0'), tonumber(drawn[2] or '0')
   return not (ticket >= first and ticket <= last and current >= first and current <= last)
-end
-
--- The ticket restores a place the store lost (a failover promoted a replica that lacked it: docs/failover.md), if
--- the store cannot have forgotten it otherwise: not one the opening draw dealt anew, nor one its user left or was
--- evicted from, nor one the mark passed (admitted, or of an earlier line: a new line's mark starts below its first
--- seq) unless it is among the seqs the last failover may have lost, and that recently. Answers where it went.
-local function restore()
-  local mark_text = redis.call('GET', mark)
-  local ticket = tonumber(ticket_entry)
-  local _, last = dealt()
-  if not mark_text or ticket <= last or ticket <= tonumber(redis.call('ZSCORE', ended, user_id) or '0') then
-    return nil
-  end
-  if ticket <= tonumber(mark_text) then
-    local fence = redis.call('HMGET', stats, 'fence_lost_from', 'fence_lost_to', 'fence_until_ms')
-    if not (fence[1] and ticket > tonumber(fence[1]) and ticket <= tonumber(fence[2])
-        and tonumber(now_ms) < tonumber(fence[3])) then
-      return nil
-    end
-    -- Admitted again once only: the record keeps a second poll of this ticket from a second turn.
-    redis.call('ZADD', ended, ticket_entry, user_id)
-  end
-  if tonumber(redis.call('GET', seq) or '0') < ticket then
-    redis.call('SET', seq, ticket_entry, 'KEEPTTL')
-  end
-  redis.call('HINCRBY', stats, 'restored', 1)
-  if opens_at and tonumber(now_ms) < tonumber(opens_at) and redis.call('HGET', draw, 'opens_at_ms') ~= opens_at then
-    redis.call('ZADD', prequeue, ticket_entry, user_id)
-    return prequeue
-  end
-  redis.call('ZADD', waiting, ticket_entry, user_id)
-  return waiting
 end
 
 if not known_since then
@@ -131,12 +94,31 @@ if not seq_number then
   elseif arrival then
     return {'PRE_QUEUE', arrival, opens_at}
   end
-  local restored = restore()
-  if not restored then
+  -- The ticket restores a place the store lost (a failover promoted a replica that lacked it: docs/failover.md),
+  -- if the store cannot have forgotten it otherwise: not one the opening draw dealt anew, nor one its user left or
+  -- was evicted from, nor one the mark passed (admitted, or of an earlier line: a new line's mark starts below its
+  -- first seq) unless it is among the seqs the last failover may have lost, and that recently.
+  local line_mark = redis.call('GET', mark)
+  local ticket = tonumber(ticket_entry)
+  if not line_mark or ticket <= tonumber(redis.call('HGET', draw, 'last') or '0')
+      or ticket <= tonumber(redis.call('ZSCORE', ended, user_id) or '0') then
     return {'NOT_IN_QUEUE'}
-  elseif restored == prequeue then
+  end
+  if ticket <= tonumber(line_mark) then
+    local fence = redis.call('HMGET', stats, 'fence_lost_from', 'fence_lost_to', 'fence_until_ms')
+    if not (fence[1] and ticket > tonumber(fence[1]) and ticket <= tonumber(fence[2])
+        and tonumber(now_ms) < tonumber(fence[3])) then
+      return {'NOT_IN_QUEUE'}
+    end
+    -- Admitted again once only: the record keeps a second poll of this ticket from a second turn.
+    redis.call('ZADD', ended, ticket_entry, user_id)
+  end
+  redis.call('HINCRBY', stats, 'restored', 1)
+  if opens_at and tonumber(now_ms) < tonumber(opens_at) and redis.call('HGET', draw, 'opens_at_ms') ~= opens_at then
+    redis.call('ZADD', prequeue, ticket_entry, user_id)
     return {'PRE_QUEUE', ticket_entry, opens_at}
   end
+  redis.call('ZADD', waiting, ticket_entry, user_id)
   seq_text, seq_number = ticket_entry, tonumber(ticket_entry)
 end
 if other_entry(seq_number) then
