@@ -65,9 +65,11 @@ local mark_text = redis.call('GET', mark) or '0'
 -- pump saw applied has lost writes: a promoted replica that lagged. Tick and mark go back to what the pump saw (no
 -- tick applied twice, no admission undone), the seq above the clock by the margin (no seq handed out twice), and
 -- the seqs that may have been lost are recorded: from the node's last tick or mark (what came before reached it)
--- to the raised seq.
+-- to the raised seq. A node with no tick at all lost everything (or never had this target): nothing bounds what it
+-- lost, so it opens no window for restoring admitted places (status.lua).
 local fenced_from, fenced_to = 0, 0
 if tonumber(seen_tick_ms) > (last or 0) or tonumber(seen_mark) > tonumber(mark_text) then
+  local last_before = last
   fenced_from = math.max((last or 0) * 1000, tonumber(mark_text))
   fenced_to = math.max(tonumber(redis.call('GET', seq) or '0'),
     tonumber(time[1]) * 1000000 + tonumber(time[2]) + tonumber(fence_margin_us))
@@ -81,7 +83,7 @@ if tonumber(seen_tick_ms) > (last or 0) or tonumber(seen_mark) > tonumber(mark_t
     redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
   end
   redis.call('HSET', stats, 'fence_lost_from', string.format('%d', fenced_from), 'fence_lost_to',
-    string.format('%d', fenced_to), 'fence_until_ms', now + tonumber(fence_window_ms))
+    string.format('%d', fenced_to), 'fence_until_ms', last_before and now + tonumber(fence_window_ms) or now)
   redis.call('HINCRBY', stats, 'fences', 1)
 end
 settings[#settings + 1] = fenced_from

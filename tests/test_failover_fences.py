@@ -282,3 +282,21 @@ def test_a_pump_that_saw_nothing_lost_fences_nothing(make_room, client):
         wait_for_next_tick(client, tick_ms)
         assert pump.tick().targets[DROP].fenced is None
     assert room.stats(DROP)["failovers"] == {"fenced": 0}
+
+
+def test_a_node_that_lost_everything_restores_no_admitted_place(make_room, client):
+    tick_ms = 200
+    room = make_room(VQ_TICK_MS=tick_ms, VQ_BATCH_SIZE=2)
+    keys = room.store.keys(DROP)
+    tickets = enter_all(room, range(1, 5))
+    pump = Pump(room.store, room.settings)
+    wait_for_next_tick(client, tick_ms)
+    pump.tick()  # admits users 1 and 2
+    # An empty node (a restart without its data): only the operator's configuration is back.
+    client.delete(keys.waiting, keys.heartbeat, keys.seq, keys.mark, keys.tick, keys.stats, keys.admissions)
+    wait_for_next_tick(client, tick_ms)
+    assert pump.tick().targets[DROP].fenced is not None
+    # Nothing bounds what it lost: an admitted user's ticket is not admitted again; a waiting one's place comes back.
+    with pytest.raises(NotInQueue):
+        room.status(DROP, "1", tickets[1])
+    assert room.status(DROP, "4", tickets[4]).status in ("WAITING", "ADMITTED")
