@@ -32,9 +32,10 @@ if number then
   if ticket ~= current and not (ticket >= first and ticket <= last and current >= first and current <= last) then
     return -1
   end
-  redis.call('ZADD', ended, 'GT', number, user_id)
-  redis.call('PEXPIRE', ended, idle_ttl_ms)
 end
+-- A place the store lost (a failover) ends too: the ticket's entry is recorded, whatever the store still holds.
+redis.call('ZADD', ended, 'GT', number or ticket_entry, user_id)
+redis.call('PEXPIRE', ended, idle_ttl_ms)
 
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 local removed = math.max(redis.call('ZREM', waiting, user_id), redis.call('ZREM', prequeue, user_id))

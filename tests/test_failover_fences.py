@@ -98,6 +98,14 @@ def test_leaving_stays_final(room):
         room.status(DROP, "1", tickets[1])
 
 
+def test_leaving_a_place_the_store_lost_is_final_too(room):
+    tickets = enter_all(room, (1, 2))
+    lose(room, 1)
+    room.leave(DROP, "1", tickets[1])
+    with pytest.raises(NotInQueue):
+        room.status(DROP, "1", tickets[1])
+
+
 def test_eviction_stays_final(make_room, client):
     room = make_room(VQ_TICK_MS=60_000, VQ_BATCH_SIZE=1, VQ_HEARTBEAT_TIMEOUT_S=60)
     stale_room = make_room(VQ_TICK_MS=60_000, VQ_BATCH_SIZE=1, VQ_HEARTBEAT_TIMEOUT_S=60)
