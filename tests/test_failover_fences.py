@@ -137,17 +137,17 @@ def test_a_ticket_of_an_earlier_line_restores_nothing(room, signer):
         room.status(DROP, "5", old)
 
 
-def opening(room, client, users, in_s=0.3):
-    """Configure an opening `in_s` ahead, pre-queue `users`, and run the pump's draw once it has passed."""
-    opens_at = time.time() + in_s
-    room.configure(DROP, TargetConfig(opens_at_ms=int(opens_at * 1000)))
+def opening(room, client, users):
+    """An opening: `users` pre-queue for it, then it is brought forward to now and the pump runs its draw."""
+    room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + 600_000))
     tickets = enter_all(room, users)
     assert {room.status(DROP, str(u), t).status for u, t in tickets.items()} == {"PRE_QUEUE"}
-    time.sleep(max(0, opens_at - time.time()) + 0.05)
+    opens_at_ms = int(time.time() * 1000)
+    room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))
     wait_for_next_tick(client, room.settings.tick_ms)
     Pump(room.store, room.settings).run(ticks=1)  # the draw
     draw = client.hgetall(room.store.keys(DROP).draw)
-    assert (draw["state"], draw["opens_at_ms"]) == ("done", str(int(opens_at * 1000)))
+    assert (draw["state"], draw["opens_at_ms"]) == ("done", str(opens_at_ms))
     return tickets
 
 
