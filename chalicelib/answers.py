@@ -131,7 +131,8 @@ class QueueFigures:
     pre_queued: int  # waiting for the opening draw
     active: int  # admitted and not done: still collecting, or holding a live unused token
     config: TargetConfig
-    draw: dict[str, str]  # the opening draw's record: opens_at_ms, seed, state, count, drawn_at_ms
+    draw: dict[str, str]  # the opening draw's record: opens_at_ms, seed, commitment, state, placed, drawn_at_ms
+    commitment: str | None  # the commitment to the next opening's seed, drawn but not yet used (None: none)
     known: bool  # an operator opened the target (or a first enter did, where targets open on first use)
     sold_out_released: int  # users told SOLD_OUT whose place was released
     orders: int  # purchases the shop accepted (2xx)

@@ -34,6 +34,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "status": ("status", int),
     "by": ("by", str),
     "seed": ("seed", str),
+    "commitment": ("commitment", str),
     "placed": ("placed", int),
     "opens_at_ms": ("opensAt", lambda ms: iso_time(int(ms)) if ms else None),
 }
@@ -74,7 +75,10 @@ def read_event(target: Target, entry_id: str, fields: dict[str, str]) -> Event:
         "serverTime": iso_time(int(entry_id.split("-")[0])),
     }
     if detail_type == "TargetConfigChanged":
+        commitment = fields.pop("commitment", None)
         detail["config"] = TargetConfig.from_redis(fields).to_body()
+        if commitment is not None:
+            detail["commitment"] = commitment  # of the next opening's seed (docs/guarantees.md#the-opening-draw)
     else:
         for name, text in fields.items():
             key, read = _FIELDS[name]

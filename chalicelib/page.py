@@ -165,7 +165,8 @@ def render(
     identity: Mapping[str, str | None],
 ) -> Page:
     """The waiting room of `target` served at `page_path` in `lang`: it queues at `entries_path` and buys at
-    `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them, `identity`
+    `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them (and the
+    commitment to its next opening draw's seed, once drawn), `identity`
     how the page names its shopper (identity.page_identity)."""
     texts = messages()[lang]
     kind = TARGET_TYPES[target.type].labels[lang]
@@ -176,6 +177,7 @@ def render(
         "targetId": str(target.id),
         "lang": lang,
         "imageUrl": display.get("imageUrl"),
+        "openingCommitment": display.get("openingCommitment"),
         "entries": _relative(page_path, entries_path),
         "purchase": _relative(page_path, purchase_path),
         "serviceWorker": _relative(page_path, SERVICE_WORKER_PATH),

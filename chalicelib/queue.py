@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from chalicelib import polling, shop_health, waits
+from chalicelib import opening, polling, shop_health, waits
 from chalicelib.answers import (
     Admitted,
     Closed,
@@ -277,14 +277,20 @@ class WaitingRoom:
             "recentShop": shop_health.health(figures.purchases, now_ms),
             "config": self._effective(figures.config),
         }
-        if figures.draw.get("state") == "done":
-            # Published once the draw is over, so anyone can check the order it dealt.
-            draw = figures.draw
+        draw = figures.draw
+        if figures.commitment is not None:
+            # The next opening's seed is drawn: only its commitment is published until the draw.
+            body["openingDraw"] = {"commitment": figures.commitment}
+        elif draw.get("state") == "done":
+            # The seed is published once the draw is over, so anyone can check it and the order it dealt.
             body["openingDraw"] = {
+                **({"commitment": draw["commitment"]} if "commitment" in draw else {}),
                 "seed": draw["seed"],
                 "placed": int(draw["placed"]),
                 "drawnAt": iso_time(int(draw["drawn_at_ms"])),
             }
+        elif "commitment" in draw:
+            body["openingDraw"] = {"commitment": draw["commitment"]}  # drawing now
         return body
 
     def config(self, target: Target) -> ConfigAnswer:
@@ -293,13 +299,17 @@ class WaitingRoom:
         return ConfigAnswer(self._config_body(own), etag)
 
     def display(self, target: Target) -> dict[str, str]:
-        """What the waiting-room page shows of the target (`displayName`, `imageUrl`), as far as set. Empty when
-        Redis cannot answer: the page must load all the same, as the queue fails open."""
+        """What the waiting-room page shows of the target (`displayName`, `imageUrl`, and the `openingCommitment`
+        of its next opening's draw), as far as set. Empty when Redis cannot answer: the page must load all the
+        same, as the queue fails open."""
         try:
-            stored = self.store.config(target)
+            stored = self.store.shown(target)
         except StoreUnavailable:
             return {}
-        return stored[0].display() if stored is not None else {}
+        if stored is None:
+            return {}
+        own, commitment = stored
+        return own.display() | ({"openingCommitment": commitment} if commitment else {})
 
     def targets(self) -> list[Target]:
         """The targets the pump visits (users in line or in a pre-queue), for the operator console."""
@@ -314,7 +324,9 @@ class WaitingRoom:
         """Replace the target's own configuration (opening the target) if its version meets `precondition`; the
         pump applies it from its next tick."""
         try:
-            outcome, etag = self.store.configure(target, config, int(self.clock() * 1000), precondition)
+            outcome, etag = self.store.configure(
+                target, config, int(self.clock() * 1000), precondition, fresh_seed=opening.new_seed()
+            )
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
         if outcome == "UNKNOWN_TARGET":

@@ -121,7 +121,7 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "configure": Contract(
         keys=("config", "events", "stats"),
-        args=("now_ms", "expect", *OUTBOX_ARGS),
+        args=("now_ms", "expect", *OUTBOX_ARGS, "fresh_seed", "fresh_commitment"),
         rest="settings",
         reporting=True,
         replies={

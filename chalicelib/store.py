@@ -40,8 +40,10 @@ REGISTRATION_REFRESH_MS = 60_000
 CLOCK_SKEW_MARGIN_MS = 60_000
 # The config field that makes a target known (lua/configure.lua).
 KNOWN_SINCE = "known_since_ms"
+# The opening's committed seed and its commitment, kept in the config hash until the draw (lua/configure.lua).
+DRAW_SEED, DRAW_COMMITMENT = "draw_seed", "draw_commitment"
 # Config fields that are not the operator's: a configuration's version leaves them out (lua/configure.lua).
-_NOT_THE_OPERATORS = (KNOWN_SINCE, "flag_version")
+_NOT_THE_OPERATORS = (KNOWN_SINCE, "flag_version", DRAW_SEED, DRAW_COMMITMENT)
 # The outbox (lua/outbox.lua): how long a stream outlives its last event when nothing publishes it. A
 # registration for the sake of events lasts as long.
 OUTBOX_TTL_MS = 86_400_000
@@ -345,6 +347,7 @@ class QueueStore:
             measured_rate=float(fields["rate"]) if "rate" in fields else None,
             config=TargetConfig.from_redis(config),
             draw=_pairs(reply.draw),
+            commitment=config.get(DRAW_COMMITMENT),
             known=KNOWN_SINCE in config,
             sold_out_released=counters.get("sold_out_released", 0),
             orders=counters.get("orders", 0),
@@ -363,18 +366,38 @@ class QueueStore:
         stored = self._guarded(self.client.hgetall, self.keys(target).config)
         return (TargetConfig.from_redis(stored), config_version(stored)) if KNOWN_SINCE in stored else None
 
+    def shown(self, target: Target) -> tuple[TargetConfig, str | None] | None:
+        """What the waiting-room page shows of the target: its own configuration, and the commitment to its next
+        opening's seed (None: none); None if the target is unknown. The seed itself never leaves Redis here."""
+        stored = self._guarded(self.client.hgetall, self.keys(target).config)
+        return (TargetConfig.from_redis(stored), stored.get(DRAW_COMMITMENT)) if KNOWN_SINCE in stored else None
+
     def configure(
-        self, target: Target, config: TargetConfig, now_ms: int, precondition: Precondition = UNCONDITIONAL
+        self,
+        target: Target,
+        config: TargetConfig,
+        now_ms: int,
+        precondition: Precondition = UNCONDITIONAL,
+        *,
+        fresh_seed: tuple[str, str],
     ) -> tuple[str, str | None]:
         """Replace the target's own configuration, at once, if its version meets `precondition` (checked in the
         same step): the pump applies it from its next tick. Opens an unknown target, marked with the stored
-        flag's version if it has none. Registers it with the pump, whose publisher sends the events this reports.
+        flag's version if it has none. A new opensAt with no seed committed commits `fresh_seed` (seed,
+        commitment). Registers it with the pump, whose publisher sends the events this reports.
         Answers lua/configure.lua's outcome (WRITTEN, CHANGED, ALREADY_OPEN, UNKNOWN_TARGET) and the version
         stored after it (None: not open)."""
         k = self.keys(target)
         settings = [item for field_value in config.to_redis().items() for item in field_value]
         keys, args = self._configure.order(
-            config=k.config, events=k.events, stats=k.stats, now_ms=now_ms, expect=_expect(precondition), **self.outbox
+            config=k.config,
+            events=k.events,
+            stats=k.stats,
+            now_ms=now_ms,
+            expect=_expect(precondition),
+            fresh_seed=fresh_seed[0],
+            fresh_commitment=fresh_seed[1],
+            **self.outbox,
         )
         outcome = self._configure.read(self._guarded(self._configure.run, keys, (*args, *settings)))
         if outcome.tag != "WRITTEN":

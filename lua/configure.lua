@@ -3,27 +3,34 @@
 -- operators' writes never interleave). This is what opens a target: it exists (enter, status and purchases are
 -- served) once its config hash holds `known_since_ms`. The configuration carries no TTL: it is the operator's,
 -- kept until replaced. Its flag_version (the switch's mark, written by flag_sync) is not the operator's and stays.
--- The version (the API's ETag) is the SHA-1 of the operator's fields, every field but those two, as sorted
+-- The opening's committed seed (draw_seed, and draw_commitment, its SHA-256) is not the operator's either: it is
+-- drawn when a write sets a new opensAt and none is committed, and kept through every later write, so no operator
+-- can pick it; the opening draw (draw_begin.lua) takes it out, so the next new opensAt commits to a new one.
+-- The version (the API's ETag) is the SHA-1 of the operator's fields, every field but those four, as sorted
 -- 'field=value' lines joined by newlines (chalicelib/store.py computes the same for GET).
 -- KEYS[1] config      hash: batch, tick_ms, max_waiting, max_active, opens_at_ms, closes_at_ms, paused, sold_out,
 --                     invite_only, slo_p95_ms, slo_error_rate (all optional), known_since_ms (kept from the first
---                     opening)
--- KEYS[2] events      the target's outbox stream (outbox.lua): TargetConfigChanged (with the new configuration),
---                     and TargetPaused, TargetResumed, TargetSoldOut when those fields change
+--                     opening), draw_seed and draw_commitment (kept until the opening draw uses them)
+-- KEYS[2] events      the target's outbox stream (outbox.lua): TargetConfigChanged (with the new configuration and
+--                     the commitment, if any), and TargetPaused, TargetResumed, TargetSoldOut when those fields
+--                     change
 -- KEYS[3] stats       the target's counters (the outbox's dropped count)
 -- ARGV[1] now_ms         now (ms)
 -- ARGV[2] expect         '' (write whatever is stored), 'open' (the target must be open), 'new' (it must not be),
 --                        or 'version' followed by the versions it may have, space-separated (none: never written)
 -- ARGV[3] outbox_cap     outbox cap (events)
 -- ARGV[4] outbox_ttl_ms  outbox TTL (ms)
--- ARGV[5..] settings    field, value, field, value, ... (none: back to the global defaults)
+-- ARGV[5] fresh_seed       a fresh opening seed, committed only if the configuration has an opensAt and none is
+--                          committed yet
+-- ARGV[6] fresh_commitment its commitment: lowercase hex of the SHA-256 of its text
+-- ARGV[7..] settings    field, value, field, value, ... (none: back to the global defaults)
 -- Returns one of:
 --   {'WRITTEN', version}  written; the new version
 --   {'CHANGED', version}  nothing written: the stored version is another
 --   {'ALREADY_OPEN', version}  nothing written: the target is open (expect 'new')
 --   {'UNKNOWN_TARGET'}  nothing written: the target is not open
 local config, events, stats = unpack(KEYS)
-local now_ms, expect, outbox_cap, outbox_ttl_ms = unpack(ARGV)
+local now_ms, expect, outbox_cap, outbox_ttl_ms, fresh_seed, fresh_commitment = unpack(ARGV)
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 
 -- Byte order, as Python sorts the same lines (Lua's own `<` on strings follows the server's locale).
@@ -37,11 +44,13 @@ local function in_byte_order(a, b)
   return #a < #b
 end
 
+local not_the_operators = {known_since_ms = true, flag_version = true, draw_seed = true, draw_commitment = true}
+
 local function version()
   local flat = redis.call('HGETALL', config)
   local lines = {}
   for i = 1, #flat, 2 do
-    if flat[i] ~= 'known_since_ms' and flat[i] ~= 'flag_version' then
+    if not not_the_operators[flat[i]] then
       lines[#lines + 1] = flat[i] .. '=' .. flat[i + 1]
     end
   end
@@ -49,7 +58,8 @@ local function version()
   return redis.sha1hex(table.concat(lines, '\n'))
 end
 
-local before = redis.call('HMGET', config, 'known_since_ms', 'paused', 'sold_out', 'flag_version')
+local before = redis.call('HMGET', config, 'known_since_ms', 'paused', 'sold_out', 'flag_version', 'draw_seed',
+  'draw_commitment', 'opens_at_ms')
 if expect == 'new' and before[1] then
   return {'ALREADY_OPEN', version()}
 elseif expect ~= '' and expect ~= 'new' then
@@ -65,12 +75,21 @@ elseif expect ~= '' and expect ~= 'new' then
 end
 local known_since = before[1] or now_ms
 redis.call('DEL', config)
-redis.call('HSET', config, 'known_since_ms', known_since, unpack(ARGV, 5))
+redis.call('HSET', config, 'known_since_ms', known_since, unpack(ARGV, 7))
 if before[4] then
   redis.call('HSET', config, 'flag_version', before[4])
 end
-local after = redis.call('HMGET', config, 'paused', 'sold_out')
-emit('TargetConfigChanged', unpack(ARGV, 5))
+local after = redis.call('HMGET', config, 'paused', 'sold_out', 'opens_at_ms')
+local seed, commitment = before[5], before[6]
+if not seed and after[3] and after[3] ~= before[7] then
+  seed, commitment = fresh_seed, fresh_commitment
+end
+if seed then
+  redis.call('HSET', config, 'draw_seed', seed, 'draw_commitment', commitment)
+  emit('TargetConfigChanged', 'commitment', commitment, unpack(ARGV, 7))
+else
+  emit('TargetConfigChanged', unpack(ARGV, 7))
+end
 if (before[2] == '1') ~= (after[1] == '1') then
   emit(after[1] == '1' and 'TargetPaused' or 'TargetResumed', 'by', 'operator')
 end

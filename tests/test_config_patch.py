@@ -165,7 +165,7 @@ def test_a_patch_that_keeps_losing_the_race_is_409_and_writes_nothing(room, monk
     room.configure(DROP, TargetConfig(batch=5))
     tries = []
 
-    def always_changed(target, config, now_ms, precondition=UNCONDITIONAL):
+    def always_changed(target, config, now_ms, precondition=UNCONDITIONAL, **_):
         tries.append(precondition)
         return "CHANGED", "0" * 40
 

@@ -1,6 +1,7 @@
 """State-change events: written by the scripts in the same call as the change (the outbox), published to
 EventBridge (moto's, with a rule to an SQS queue, as a consumer would have it) by the pump's publisher."""
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -140,6 +141,11 @@ def test_a_full_journey_reaches_a_rule_s_queue_as_the_schema_says(wired, aws, or
     assert by_kind["PurchaseFailed"] == {**by_kind["PurchaseFailed"], "tokenId": tokens[2].token_id, "status": 503}
     assert by_kind["TargetSoldOut"]["by"] == "operator"
     assert by_kind["TargetOpened"]["seed"] == room.stats(SHOW)["openingDraw"]["seed"]
+    # Both of SHOW's configurations announced the one commitment; the opening revealed the seed it commits to.
+    announced = {e["detail"].get("commitment") for e in delivered if e["detail-type"] == "TargetConfigChanged"}
+    seed = by_kind["TargetOpened"]["seed"]
+    assert announced == {None, hashlib.sha256(seed.encode()).hexdigest()}
+    assert by_kind["TargetOpened"]["commitment"] == hashlib.sha256(seed.encode()).hexdigest()
     assert {e["source"] for e in delivered} == {"virtual-queue"}
     assert len({e["detail"]["eventId"] for e in delivered}) == len(delivered)
     # No secret: neither an entry token nor a queue ticket appears in any event.

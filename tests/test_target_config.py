@@ -281,6 +281,69 @@ def test_pre_queue_opens_in_a_fair_draw_ahead_of_everyone_after_opening(make_roo
     assert {room.status(DROP, str(u), early[u].queue_ticket).status for u in first_five} == {"ADMITTED"}
 
 
+def commitment_of(seed):
+    return hashlib.sha256(seed.encode("utf-8")).hexdigest()
+
+
+def test_the_opening_seed_is_committed_when_configured_and_revealed_by_the_draw(make_room, api, client):
+    room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
+    assert put(api, {"opensAt": iso(time.time() + 3600)}).status_code == 200
+    published = api.http.get(CONFIG.replace("config", "stats")).json_body["openingDraw"]
+    commitment = published["commitment"]
+    assert published == {"commitment": commitment} and len(commitment) == 64
+    assert commitment == commitment.lower() and int(commitment, 16) >= 0
+    # Moving the opening (a PUT or a PATCH) keeps the commitment: the seed cannot be drawn again.
+    opens_at = time.time() + 3.0
+    assert put(api, {"opensAt": iso(opens_at), "batch": 5}).status_code == 200
+    patched = api.http.patch(
+        CONFIG, headers={"Content-Type": "application/merge-patch+json"}, body=json.dumps({"tickMs": 100})
+    )
+    assert patched.status_code == 200
+    assert room.stats(DROP)["openingDraw"] == {"commitment": commitment}
+    # No API answer shows the seed before the opening: not the config, the stats, the page nor an entry.
+    seed = client.hget(room.store.keys(DROP).config, "draw_seed")
+    assert commitment_of(seed) == commitment
+    entries = {user: room.enter(DROP, str(user)) for user in range(100, 120)}
+    answers = [
+        api.http.get(CONFIG).body,
+        api.http.get(CONFIG.replace("config", "stats")).body,
+        api.http.get("/waiting-room/limited-drop/42").body,
+        json.dumps([entry.to_body() for entry in entries.values()]).encode(),
+    ]
+    assert not any(seed.encode() in answer for answer in answers)
+    assert commitment.encode() in answers[2]  # the page's fair-order note carries the commitment
+
+    time.sleep(max(0, opens_at - time.time()) + 0.05)
+    Pump(room.store, room.settings).run(ticks=1)  # the draw
+    revealed = room.stats(DROP)["openingDraw"]
+    assert revealed["seed"] == seed and revealed["commitment"] == commitment and revealed["placed"] == 20
+    # Anyone can check the seed against the commitment, and re-deal the line from it.
+    arrivals = [(str(user), room.signer.read_ticket(entry.queue_ticket).seq) for user, entry in entries.items()]
+    line = {user: int(seq) for user, seq in client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True)}
+    assert dict(draw_order(bytes.fromhex(revealed["seed"]), arrivals)) == line
+    # The seed is used once: the next new opening commits to another.
+    assert put(api, {"opensAt": iso(time.time() + 3600)}).status_code == 200
+    assert room.stats(DROP)["openingDraw"]["commitment"] not in (commitment, None)
+
+
+def test_no_api_sets_or_reads_the_opening_seed(api, client, room):
+    assert put(api, {"opensAt": iso(time.time() + 3600)}).status_code == 200
+    commitment = room.stats(DROP)["openingDraw"]["commitment"]
+    for field in ("seed", "drawSeed", "openingSeed", "commitment", "openingDraw"):
+        assert put(api, {"opensAt": iso(time.time() + 3600), field: "00" * 32}).status_code == 400
+        patched = api.http.patch(
+            CONFIG, headers={"Content-Type": "application/merge-patch+json"}, body=json.dumps({field: "00" * 32})
+        )
+        assert patched.status_code == 400
+    assert room.stats(DROP)["openingDraw"] == {"commitment": commitment}
+    assert commitment_of(client.hget(room.store.keys(DROP).config, "draw_seed")) == commitment
+    # The seed is not the operator's: it is left out of the configuration's version, so writing it by hand into
+    # Redis would not even show in an ETag, and no route names it.
+    from app import app
+
+    assert not any("seed" in path or "draw" in path for path in app.routes)
+
+
 def test_pre_queue_counts_against_capacity(room):
     room.configure(DROP, TargetConfig(max_waiting=2, opens_at_ms=int(time.time() * 1000) + 60_000))
     room.enter(DROP, "1")
@@ -297,10 +360,11 @@ def test_a_draw_interrupted_midway_resumes_with_the_same_seed(room, client):
     for user in range(1, 11):
         room.enter(DROP, str(user))
     time.sleep(0.35)
+    committed = room.stats(DROP)["openingDraw"]["commitment"]
     seed, done = room.store.begin_draw(DROP, "aa" * 32)  # a pump began the draw, then froze
-    assert (seed, done) == ("aa" * 32, False)
+    assert (commitment_of(seed), done) == (committed, False)  # with the seed committed to, not a fresh one
     assert open_target(room.store, DROP, 0) == 10  # the next pump finishes it with the recorded seed
-    assert room.stats(DROP)["openingDraw"]["seed"] == "aa" * 32
+    assert room.stats(DROP)["openingDraw"]["seed"] == seed
     assert open_target(room.store, DROP, 0) == 0  # and a third finds it done
 
 

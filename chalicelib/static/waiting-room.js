@@ -285,6 +285,9 @@
   function showPreQueue(entry) {
     opensAt = entry.opensAt ? Date.parse(entry.opensAt) : null;
     $("opens-at").textContent = opensAt ? fill(t.opensAt, { time: dateFormat.format(opensAt) }) : "";
+    // The commitment to the draw's seed, as it was when the page loaded (docs/guarantees.md#the-opening-draw).
+    $("commitment").hidden = !config.openingCommitment;
+    $("commitment").textContent = config.openingCommitment ? fill(t.commitment, { hash: config.openingCommitment }) : "";
     show("prequeue");
     tick();
   }
