@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chalicelib import shop_health
+from chalicelib.eta import Departures
 from chalicelib.target_config import TargetConfig
 
 
@@ -15,7 +16,8 @@ from chalicelib.target_config import TargetConfig
 # object.__setattr__, two to three times the cost of the whole object here.
 @dataclass
 class Waiting:
-    """In line: `ahead` users not yet admitted have a smaller seq; the line moves at `rate` users per second."""
+    """In line: `ahead` users not yet admitted have a smaller seq; the line moves at `rate` users per second, and
+    loses users to `departures` (the ETA's range, chalicelib/eta.py)."""
 
     seq: int
     ahead: int
@@ -27,6 +29,7 @@ class Waiting:
     batch: int = 0  # the batch and tick length in force
     tick_ms: int = 0
     drawn: int = 0  # the highest number the opening draw dealt anew; -1: not settled
+    departures: Departures | None = None
 
 
 @dataclass
@@ -143,6 +146,9 @@ class QueueFigures:
     restored: int = 0  # places restored from their signed tickets (status.lua)
     fences: int = 0  # failovers the pump fenced (admit.lua)
     lost_seqs: tuple[int, int] | None = None  # the last fence's seqs that may have been lost, (from, to]
+    eta_samples: int = 0  # admissions whose entry was told an estimate, and how many waited within its range
+    eta_inside: int = 0
+    eta_errors: dict[int, int] | None = None  # bucket (see waits.py) -> admissions with such an etaSeconds error
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,7 @@ _PLACES: dict[str, Callable[[Any], Place]] = {
         batch=int(getattr(r, "batch", 0)),
         tick_ms=int(getattr(r, "tick_ms", 0)),
         drawn=int(getattr(r, "drawn", 0)),
+        departures=Departures.from_script(r.counters),
     ),
     "PRE_QUEUE": lambda r: PreQueued(
         arrival=int(r.arrival),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -10,7 +9,7 @@ from datetime import UTC, datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from chalicelib import opening, polling, shop_health, waits
+from chalicelib import eta, opening, polling, shop_health, waits
 from chalicelib.answers import (
     Admitted,
     Closed,
@@ -75,6 +74,7 @@ class QueueEntry:
     ahead_count: int = 0
     position: int | None = None
     eta_seconds: int | None = None
+    eta_range: tuple[int, int] | None = None  # etaLowSeconds, etaHighSeconds (chalicelib/eta.py)
     entry_token: EntryToken | None = None
     queue_ticket: str | None = None
     opens_at_ms: int | None = None
@@ -94,6 +94,7 @@ class QueueEntry:
         if self.position is not None:
             body["position"] = self.position
             body["etaSeconds"] = self.eta_seconds
+            body["etaLowSeconds"], body["etaHighSeconds"] = self.eta_range or (None, None)
             body["paused"] = self.paused
         if self.poll_after_ms is not None:
             body["pollAfterMs"] = self.poll_after_ms
@@ -180,8 +181,14 @@ class WaitingRoom:
         entry = self._answer(target, user_id, place, now)
         number = _entry_number(place) if self.recovers_tickets or getattr(place, "created", False) else None
         if number:
-            # A recovered ticket times the wait from now: the entry's first moment is not kept.
-            ticket = self.signer.issue_ticket(target, user_id, number, int(now * 1000))
+            # A recovered ticket times the wait from now, against what this answer tells: the entry's first moment
+            # and estimate are not kept.
+            told = (
+                eta.Estimate(entry.eta_seconds, *entry.eta_range)
+                if entry.eta_seconds is not None and entry.eta_range is not None
+                else None
+            )
+            ticket = self.signer.issue_ticket(target, user_id, number, int(now * 1000), told)
             return replace(entry, queue_ticket=ticket.text)
         return entry
 
@@ -274,6 +281,7 @@ class WaitingRoom:
             "failovers": _failovers(figures),
             "configuredRatePerSec": _rounded(self._batch(figures.config) * 1000 / self._tick_ms(figures.config)),
             "effectiveRatePerSec": _rounded(self._effective_rate(figures)),
+            "etaAccuracy": _eta_accuracy(figures),
             "recentShop": shop_health.health(figures.purchases, now_ms),
             "config": self._effective(figures.config),
         }
@@ -534,14 +542,18 @@ class WaitingRoom:
         heartbeat_s = self.settings.heartbeat_timeout_s
         if isinstance(place, Waiting):
             # Paused, the line does not move: no time can be promised.
-            eta = place.ahead / place.rate if place.rate > 0 and not place.paused else None
+            moving = place.rate > 0 and not place.paused
+            told = eta.estimate(place.ahead, place.rate, place.departures or eta.Departures()) if moving else None
             return QueueEntry(
                 "WAITING",
                 ahead_count=place.ahead,
                 position=place.ahead + 1,
-                eta_seconds=None if eta is None else math.ceil(eta),
+                eta_seconds=None if told is None else told.eta_s,
+                eta_range=None if told is None else (told.low_s, told.high_s),
                 paused=place.paused,
-                poll_after_ms=polling.waiting_poll_after_ms(eta, heartbeat_s, newcomer=place.created),
+                poll_after_ms=polling.waiting_poll_after_ms(
+                    place.ahead / place.rate if moving else None, heartbeat_s, newcomer=place.created
+                ),
             )
         if isinstance(place, PreQueued):
             opens_in_ms = None if place.opens_at_ms is None else place.opens_at_ms - int(now * 1000)
@@ -582,6 +594,16 @@ def _failovers(figures: QueueFigures) -> dict:
     if figures.lost_seqs is not None:
         body["lostSeqsFrom"], body["lostSeqsTo"] = figures.lost_seqs
     return body
+
+
+def _eta_accuracy(figures: QueueFigures) -> dict:
+    """How the estimates users were first told held, measured at their admission (chalicelib/eta.py)."""
+    samples = figures.eta_samples
+    return {
+        "samples": samples,
+        "insideRangeShare": round(figures.eta_inside / samples, 3) if samples else None,
+        "medianAbsErrorSeconds": _rounded(waits.percentile(figures.eta_errors or {}, 0.5)),
+    }
 
 
 def _rounded(value: float | None) -> float | None:

@@ -25,7 +25,7 @@ from chalicelib.redis_connection import RedisClient
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 # lua/outbox.lua's two arguments, which every script that reports a change of state takes.
 OUTBOX_ARGS = ("outbox_cap", "outbox_ttl_ms")
-# The switch's two arguments, last of enter's and status's ARGV (chalicelib/flags.py).
+# The switch's two arguments, in enter's and status's ARGV (chalicelib/flags.py).
 SWITCH_ARGS = ("flag_version", "queued")
 # What adjust_rate.lua follows the shop by: chalicelib/shop_health.py's FollowRules, field for field.
 FOLLOW_ARGS = (
@@ -79,7 +79,7 @@ CONTRACTS: dict[str, Contract] = {
               "open_on_first_use", "invited", *SWITCH_ARGS),
         replies={
             "ADMITTED": ("held", "issued_now"),
-            "WAITING": ("seq", "ahead", "rate", "paused", "created", "register"),
+            "WAITING": ("seq", "ahead", "rate", "paused", "created", "register", "counters"),
             "PRE_QUEUE": ("arrival", "opens_at_ms", "created", "register"),
             "FULL": (), "CLOSED": (), "NOT_INVITED": (), "SOLD_OUT": (), "UNKNOWN_TARGET": (), "OFF": (),
             "FLAG": ("target_version",),
@@ -89,10 +89,11 @@ CONTRACTS: dict[str, Contract] = {
         keys=("waiting", "heartbeat", "mark", "token", "stats", "waits", "config", "prequeue", "active", "draw",
               "ended"),
         args=("user_id", "now_ms", "grant", "grant_ttl_ms", "grant_expires_ms", "wait_ms", "wait_bucket",
-              "default_batch", "default_tick_ms", "ticket_entry", "idle_ttl_ms", *SWITCH_ARGS),
+              "default_batch", "default_tick_ms", "ticket_entry", "idle_ttl_ms", *SWITCH_ARGS, "told_inside",
+              "told_error_bucket"),
         replies={
             "ADMITTED": ("held", "issued_now"),
-            "WAITING": ("seq", "ahead", "rate", "paused", "mark", "batch", "tick_ms", "drawn"),
+            "WAITING": ("seq", "ahead", "rate", "paused", "mark", "batch", "tick_ms", "drawn", "counters"),
             "PRE_QUEUE": ("arrival", "opens_at_ms"),
             "NOT_IN_QUEUE": (), "OTHER_ENTRY": (), "UNKNOWN_TARGET": (), "SOLD_OUT": (), "OFF": (),
             "FLAG": ("target_version",),

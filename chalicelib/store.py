@@ -186,7 +186,8 @@ class QueueStore:
         """Where the entry `ticket` names stands; refreshes its heartbeat, and admits it (with `grant`) if the mark
         has passed its seq.
 
-        On admission the wait since the ticket's entry goes into the target's wait-time histogram.
+        On admission the wait since the ticket's entry goes into the target's wait-time histogram, and beside it
+        how it compares with the estimate the ticket's entry was first told (the ETA's accuracy).
         """
         k = self.keys(target)
         wait_ms = max(0, now_ms - ticket.entered_at_ms)
@@ -209,6 +210,8 @@ class QueueStore:
             grant_expires_ms=grant.expires_at * 1000,
             wait_ms=wait_ms,
             wait_bucket=waits.bucket_of(wait_ms / 1000),
+            told_inside="" if ticket.told is None else int(ticket.told.holds(wait_ms / 1000)),
+            told_error_bucket="" if ticket.told is None else waits.bucket_of(abs(wait_ms / 1000 - ticket.told.eta_s)),
             default_batch=defaults.batch,
             default_tick_ms=defaults.tick_ms,
             ticket_entry=ticket.seq,
@@ -335,6 +338,7 @@ class QueueStore:
         reply = self._stats.read(self._guarded(self._stats.run, keys, args))
         fields, config, health = _pairs(reply.stats), _pairs(reply.config), _pairs(reply.health)
         counters = {name: int(value) for name, value in fields.items() if name != "rate"}
+        eta_errors = {int(name[10:]): n for name, n in counters.items() if name.startswith("eta_error:")}
         return QueueFigures(
             waiting=reply.waiting,
             pre_queued=reply.pre_queued,
@@ -358,6 +362,9 @@ class QueueStore:
             restored=counters.get("restored", 0),
             fences=counters.get("fences", 0),
             lost_seqs=(counters["fence_lost_from"], counters["fence_lost_to"]) if "fence_lost_to" in counters else None,
+            eta_samples=counters.get("eta_samples", 0),
+            eta_inside=counters.get("eta_inside", 0),
+            eta_errors=eta_errors,
         )
 
     def config(self, target: Target) -> tuple[TargetConfig, str] | None:

@@ -35,6 +35,7 @@ from re import Match, Pattern
 
 from chalicelib.config import ConfigError, Keyring
 from chalicelib.errors import SigningKeysUnavailable
+from chalicelib.eta import Estimate
 from chalicelib.observability import count, logger
 from chalicelib.refresh import BackgroundRefresh
 from chalicelib.targets import TARGET_TYPES, Target, valid_user_id
@@ -49,6 +50,10 @@ _USER = r"\|(?P<user>[A-Za-z0-9_-]{2,171})"
 _USER_V1 = r"\|(?P<user>" + _ID + r")"
 _ENTRY_TAIL = r"\|(?P<exp>[1-9][0-9]{0,11})\|(?P<tid>[A-Za-z0-9_-]{22})"
 _TICKET_TAIL = r"\|(?P<seq>" + _ID + r")\|(?P<at>[1-9][0-9]{0,15})"
+# A qt2 ticket may end with the estimate its entry was first told (eta_s, low_s, high_s): the ETA's accuracy is
+# measured against it at admission (chalicelib/eta.py).
+_SECONDS = r"(?:0|[1-9][0-9]{0,8})"
+_TOLD = r"(?:\|(?P<eta>" + _SECONDS + r")\|(?P<low>" + _SECONDS + r")\|(?P<high>" + _SECONDS + r"))?"
 # Payload formats by kind tag; the tag is the payload's first field.
 _ENTRY_PAYLOADS = {
     b"et2": re.compile(r"et2\|" + _TARGET + _USER + _ENTRY_TAIL),
@@ -57,7 +62,7 @@ _ENTRY_PAYLOADS = {
     b"et1": re.compile(r"et1\|" + _TARGET + _USER_V1 + _ENTRY_TAIL),
 }
 _TICKET_PAYLOADS = {
-    b"qt2": re.compile(r"qt2\|" + _TARGET + _USER + _TICKET_TAIL),
+    b"qt2": re.compile(r"qt2\|" + _TARGET + _USER + _TICKET_TAIL + _TOLD),
     b"qt1": re.compile(r"qt1\|" + _TARGET + _USER_V1 + _TICKET_TAIL),
 }
 _FIRST_RELEASE = frozenset({b"et1", b"qt1"})
@@ -127,13 +132,15 @@ class GrantTerms:
 
 @dataclass(frozen=True)
 class QueueTicket:
-    """Proof that `user_id` entered `target`'s line with sequence number `seq` at `entered_at_ms`."""
+    """Proof that `user_id` entered `target`'s line with sequence number `seq` at `entered_at_ms`, and was `told`
+    this estimate of their wait then (None: no estimate, as in the pre-queue or while paused)."""
 
     text: str
     target: Target
     user_id: str
     seq: int
     entered_at_ms: int
+    told: Estimate | None = None
 
 
 # base64url by binascii's base64 and a translation: the base64 module wraps the same two steps in two more calls.
@@ -297,9 +304,13 @@ class TokenSigner:
             _MINTED_BY_KIND[fields.string[:3]],
         )
 
-    def issue_ticket(self, target: Target, user_id: str, seq: int, entered_at_ms: int) -> QueueTicket:
-        text = self._seal("qt2", target.type, target.id, _user_field(user_id), seq, entered_at_ms)
-        return QueueTicket(text, target, user_id, seq, entered_at_ms)
+    def issue_ticket(
+        self, target: Target, user_id: str, seq: int, entered_at_ms: int, told: Estimate | None = None
+    ) -> QueueTicket:
+        fields: tuple[object, ...] = (target.type, target.id, _user_field(user_id), seq, entered_at_ms)
+        if told is not None:
+            fields += (told.eta_s, told.low_s, told.high_s)
+        return QueueTicket(self._seal("qt2", *fields), target, user_id, seq, entered_at_ms, told)
 
     def read_ticket(self, text: object) -> QueueTicket | None:
         """The genuine queue ticket `text` spells, else None."""
@@ -307,12 +318,14 @@ class TokenSigner:
         if opened is None:
             return None
         fields, user_id = opened
+        told = fields.groupdict().get("eta")
         return QueueTicket(
             str(text),
             Target(fields["type"], int(fields["target"])),
             user_id,
             int(fields["seq"]),
             int(fields["at"]),
+            None if told is None else Estimate(int(told), int(fields["low"]), int(fields["high"])),
         )
 
     def _seal(self, kind: str, *fields: object) -> str:

@@ -5,7 +5,9 @@
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; `rate`: admissions per second measured by the
 --                     pump; `fence_lost_from`, `fence_lost_to`, `fence_until_ms`: the seqs the last failover may
---                     have lost, and until when an entry among them the mark passed is restored admitted
+--                     have lost, and until when an entry among them the mark passed is restored admitted; the ETA's
+--                     accuracy: eta_samples, eta_inside, and `eta_error:<bucket>`, a histogram of etaSeconds'
+--                     absolute error (buckets as the waits')
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
 -- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms, known_since_ms, sold_out, paused
 -- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
@@ -26,12 +28,16 @@
 -- ARGV[11] idle_ttl_ms      idle TTL (ms)
 -- ARGV[12] flag_version     the flag version the caller decided by ('*': whatever the target carries)
 -- ARGV[13] queued           its decision (1 queue, 0 not)
+-- ARGV[14] told_inside       whether the wait so far lies in the range the ticket's entry was first told (1|0; '':
+--                            it was told none)
+-- ARGV[15] told_error_bucket the histogram bucket of |wait - the etaSeconds it was first told|
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
---   {'WAITING', seq, ahead, rate, paused, mark, batch, tick_ms, drawn}  seq, users ahead, admissions per second,
---     paused (0|1), and what a container needs to reckon the line while Redis cannot be asked
+--   {'WAITING', seq, ahead, rate, paused, mark, batch, tick_ms, drawn, counters}  seq, users ahead, admissions
+--     per second, paused (0|1), and what a container needs to reckon the line while Redis cannot be asked
 --     (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and the highest number the
---     opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet settled)
+--     opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet settled); and the
+--     counters the ETA's range comes from (chalicelib/eta.py): admitted, wait_count, wait_ms, mark
 --   {'PRE_QUEUE', arrival, opens_at_ms}  arrival seq, opens at (ms)
 --   {'NOT_IN_QUEUE'} (and the ticket restores nothing)
 --   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
@@ -41,7 +47,7 @@
 --   {'FLAG', target_version}  the target's flag version
 local waiting, heartbeat, mark, token, stats, waits, config, prequeue, active, draw, ended = unpack(KEYS)
 local user_id, now_ms, grant, grant_ttl_ms, grant_expires_ms, wait_ms, wait_bucket, default_batch, default_tick_ms,
-  ticket_entry, idle_ttl_ms, flag_version, queued = unpack(ARGV)
+  ticket_entry, idle_ttl_ms, flag_version, queued, told_inside, told_error_bucket = unpack(ARGV)
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
 -- The target's settings in one read, the switch's mark among them.
@@ -135,6 +141,11 @@ if seq_number <= mark_number then
   redis.call('HINCRBY', stats, 'wait_count', 1)
   redis.call('HINCRBY', stats, 'wait_ms', wait_ms)
   redis.call('HINCRBY', waits, wait_bucket, 1)
+  if told_inside ~= '' then
+    redis.call('HINCRBY', stats, 'eta_samples', 1)
+    redis.call('HINCRBY', stats, 'eta_inside', told_inside)
+    redis.call('HINCRBY', stats, 'eta_error:' .. told_error_bucket, 1)
+  end
   -- Keys an admission may create expire like the rest of the queue (the pump slides them while it visits).
   for _, key in ipairs({stats, waits, active}) do
     redis.call('PEXPIRE', key, idle_ttl_ms, 'NX')
@@ -145,7 +156,9 @@ redis.call('ZADD', heartbeat, now_ms, user_id)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
 -- The bounds as Redis spelt them: a Lua number turned back into text costs a printf.
 local ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
-local rate = redis.call('HGET', stats, 'rate')
+local counters = redis.call('HMGET', stats, 'rate', 'admitted', 'wait_count', 'wait_ms')
+counters[5] = mark_text
+local rate = table.remove(counters, 1)
   or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms))
 -- Numbers up to the draw's `last` were dealt anew: a ticket up to it does not tell its place in line.
 local draw_state, last, drawn_for = unpack(redis.call('HMGET', draw, 'state', 'last', 'opens_at_ms'))
@@ -156,4 +169,4 @@ elseif draw_state then
   drawn = last or '0'
 end
 return {'WAITING', seq_number, ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
-  tick_ms or default_tick_ms, drawn}
+  tick_ms or default_tick_ms, drawn, counters}

@@ -191,7 +191,7 @@ def test_a_reply_is_read_by_name_and_a_reply_of_another_shape_is_refused():
     with pytest.raises(ValueError):
         admit.read(list(range(14)))
     status = Script(None, "status", "", CONTRACTS["status"])
-    assert status.read(["WAITING", 5, 2, "50", 0, "3", "100", "2000", "0"]).ahead == 2
+    assert status.read(["WAITING", 5, 2, "50", 0, "3", "100", "2000", "0", [None] * 4]).ahead == 2
     with pytest.raises(ValueError):
         status.read(["WAITING", 5, 2, "50", 0])
     with pytest.raises(ValueError):

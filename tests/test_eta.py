@@ -1,0 +1,117 @@
+"""The ETA's range (etaLowSeconds, etaHighSeconds) and its accuracy, measured at admission (etaAccuracy)."""
+
+import pytest
+
+from chalicelib import eta
+from chalicelib.target_config import TargetConfig
+from chalicelib.targets import Target
+
+DROP = Target("limited-drop", 42)
+T0 = 1_900_000_000.0  # the room's clock: every wait below is exact
+
+
+def admit_up_to(room, mark):
+    """Move the admitted mark as the pump would."""
+    room.store.client.set(room.store.keys(DROP).mark, mark)
+
+
+def at(room, seconds):
+    room.clock = lambda: T0 + seconds
+
+
+def test_the_range_is_centred_on_the_line_thinned_by_its_departures():
+    # By hand: 1,000 ahead at 10 a second is 100 s if all stay. The mark passed 200 seqs and 160 were admitted:
+    # 40 departed before their turn, over about 200 turns of 50 s each (the admitted's average wait), to which the
+    # prior adds 1.8 departures over 6,000 s: h = 41.8 / 16,000 = 0.0026125 a second. The line then reaches the
+    # user after ln(1 + 0.26125) / 0.0026125 = 88.85 s, and the poll tells them 0.5 s later: 89.35 s, 3/4 % either
+    # side, outwards to whole seconds.
+    departures = eta.Departures(admitted=160, mark=200, waited=100, wait_ms=5_000_000)
+    assert departures.rate_per_s() == pytest.approx(41.8 / 16_000)
+    assert eta.estimate(1000, 10.0, departures) == eta.Estimate(eta_s=100, low_s=88, high_s=91)
+    # Before any turn, the prior alone: 0.0003 a second, ln(1.03) / 0.0003 = 98.53 s, and 0.5 s.
+    assert eta.Departures().rate_per_s() == pytest.approx(0.0003)
+    assert eta.estimate(1000, 10.0, eta.Departures()) == eta.Estimate(eta_s=100, low_s=98, high_s=100)
+    # At the front: the poll that tells of the turn.
+    assert eta.estimate(0, 10.0, eta.Departures()) == eta.Estimate(eta_s=0, low_s=0, high_s=1)
+
+
+def test_every_waiting_answer_carries_the_range_and_paused_ones_null(make_room):
+    room = make_room(VQ_BATCH_SIZE=10, VQ_TICK_MS=1000)  # 10 admissions per second
+    entries = [room.enter(DROP, str(user)) for user in range(1, 42)]
+    polled = [room.status(DROP, str(user), entries[user - 1].queue_ticket) for user in range(1, 42)]
+    for answer in [*entries, *polled]:
+        body = answer.to_body()
+        assert body["status"] == "WAITING"
+        low, high = body["etaLowSeconds"], body["etaHighSeconds"]
+        assert isinstance(low, int) and isinstance(high, int) and 0 <= low <= high
+    last = polled[-1].to_body()  # 40 ahead at 10 a second: 4 s, and the 0.5 s to the telling poll
+    assert (last["etaSeconds"], last["etaLowSeconds"], last["etaHighSeconds"]) == (4, 4, 5)
+    room.configure(DROP, TargetConfig(batch=10, tick_ms=1000, paused=True))
+    paused = [room.enter(DROP, "1").to_body(), room.enter(DROP, "99").to_body()]
+    paused.append(room.status(DROP, "41", entries[-1].queue_ticket).to_body())
+    for body in paused:
+        assert body["paused"] is True
+        assert (body["etaSeconds"], body["etaLowSeconds"], body["etaHighSeconds"]) == (None, None, None)
+
+
+def test_departures_the_pump_counted_move_the_range_down(make_room):
+    room = make_room(VQ_BATCH_SIZE=10, VQ_TICK_MS=1000)
+    keys = room.store.keys(DROP)
+    room.store.client.zadd(keys.waiting, {f"x{seq}": seq for seq in range(201, 1202)})
+    room.store.client.set(keys.seq, 1201)
+    room.store.client.set(keys.mark, 200)
+    # 200 turns came, and all 200 were admitted after 50 s each: nobody departed.
+    room.store.client.hset(keys.stats, mapping={"admitted": 200, "wait_count": 200, "wait_ms": 10_000_000})
+    before = room.enter(DROP, "newcomer")  # 1,001 ahead at 10 a second
+    # Of the same 200 turns, 40 departed (the mark passed their seqs, the pump admitted 160).
+    room.store.client.hset(keys.stats, mapping={"admitted": 160, "wait_count": 100, "wait_ms": 5_000_000})
+    after = room.enter(DROP, "newcomer")
+    assert after.eta_seconds == before.eta_seconds == 101
+    assert before.eta_range == (99, 101)  # h = 1.8 / 16,000: 99.5 s and the poll
+    assert after.eta_range == (88, 91)  # h = 41.8 / 16,000: 88.9 s and the poll
+
+
+def test_accuracy_is_measured_at_admission_against_the_first_estimate(make_room):
+    room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=100)  # 10 admissions per second
+    at(room, 0)
+    room.configure(DROP, TargetConfig(batch=1, tick_ms=100))
+    entries = {user: room.enter(DROP, str(user)) for user in range(1, 21)}
+    for user in (3, 4):  # departures: they leave before their turn and are no sample
+        room.leave(DROP, str(user), entries[user].queue_ticket)
+    at(room, 0.5)
+    room.status(DROP, "5", entries[5].queue_ticket)  # a poll that finds them waiting changes nothing
+    admit_up_to(room, 20)
+    waits = {user: 1.5 if user <= 10 else 30.0 for user in entries if user not in (3, 4)}
+    for user, wait_s in sorted(waits.items(), key=lambda item: item[1]):
+        at(room, wait_s)
+        assert room.status(DROP, str(user), entries[user].queue_ticket).status == "ADMITTED"
+    room.status(DROP, "20", entries[20].queue_ticket)  # collecting again is no second sample
+    # What each was told on entering, against the wait they had.
+    inside = sum(entries[u].eta_range[0] <= w <= entries[u].eta_range[1] for u, w in waits.items())
+    assert 0 < inside < 8  # some of those admitted after 1.5 s were told so, none of those after 30 s
+    errors = sorted(abs(w - entries[u].eta_seconds) for u, w in waits.items())
+    accuracy = room.stats(DROP)["etaAccuracy"]
+    assert accuracy["samples"] == 18
+    assert accuracy["insideRangeShare"] == round(inside / 18, 3)
+    median = errors[8]  # the 9th of 18, as the histogram's 0.5 quantile counts
+    assert median >= 28 and median <= accuracy["medianAbsErrorSeconds"] <= median * 1.1  # within 10 %
+
+
+def test_an_entry_told_no_estimate_is_no_sample(make_room):
+    room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=100)
+    at(room, 0)
+    room.configure(DROP, TargetConfig(batch=1, tick_ms=100, paused=True))
+    ticket = room.enter(DROP, "1").queue_ticket
+    assert room.signer.read_ticket(ticket).told is None
+    room.configure(DROP, TargetConfig(batch=1, tick_ms=100))
+    admit_up_to(room, 1)
+    assert room.status(DROP, "1", ticket).status == "ADMITTED"
+    assert room.stats(DROP)["etaAccuracy"] == {"samples": 0, "insideRangeShare": None, "medianAbsErrorSeconds": None}
+    assert room.stats(DROP)["waitsMeasured"] == 1
+
+
+def test_the_ticket_carries_the_first_estimate_signed(room):
+    ticket = room.signer.issue_ticket(DROP, "u", 7, 1, eta.Estimate(12, 8, 16))
+    read = room.signer.read_ticket(ticket.text)
+    assert (read.seq, read.told) == (7, eta.Estimate(12, 8, 16))
+    assert room.signer.read_ticket(room.signer.issue_ticket(DROP, "u", 7, 1).text).told is None
