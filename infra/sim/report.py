@@ -68,6 +68,7 @@ def analyse(options, sale) -> dict:
     load = _load(users, api, ticks, started, seconds, len(seen), sale_figures.sold_out_at(shop))
     latency = _latency(api)
     notice = _notice(seen, ticks)
+    eta_accuracy = _eta_accuracy(seen, len(users), getattr(sale, "stats", None))
     admissions = _admissions(ticks, settings.batch_size)
     shop_figures = _shop(shop, ticks, settings, started, seconds)
     oversells = _oversells(shop, users, options.stock)
@@ -103,6 +104,7 @@ def analyse(options, sale) -> dict:
         "admissions": admissions,
         "shop": shop_figures,
         **notice,
+        "eta_accuracy": eta_accuracy,
         "load": load,
         "cost_usd": _costs(load, latency, duration),
         "latency_ms": latency,
@@ -227,6 +229,52 @@ def _notice(seen: list, ticks: list[dict]) -> dict:
             **_spread(eta_errors),
         },
     }
+
+
+DISTANCE_BANDS = 5  # the ETA's accuracy by distance from the front: fifths of the crowd, by aheadCount on entry
+
+
+def _eta_accuracy(seen: list, crowd: int, stats: dict | None) -> dict:
+    """How the first estimate held for the users who saw ADMITTED: their wait (entering to seeing ADMITTED, as
+    the store times it) inside the first range, and its error against etaSeconds, overall and by distance from
+    the front; beside them the store's own etaAccuracy from stats."""
+    told = [u for u in seen if u.eta_range_s is not None and u.ahead is not None]
+
+    def figures(users: list) -> dict:
+        waits = [u.admitted_at - u.entered_at for u in users]
+        errors = [wait - u.eta_s for wait, u in zip(waits, users, strict=True)]
+        inside = sum(u.eta_range_s[0] <= wait <= u.eta_range_s[1] for wait, u in zip(waits, users, strict=True))
+        return {
+            "n": len(users),
+            "inside_range_share": _round(inside / len(users)) if users else None,
+            "median_abs_error_s": _round(percentile([abs(e) for e in errors], 0.5)),
+            "error_s": _spread(errors),
+            "wait_s": _spread(waits),
+            "below_range": sum(wait < u.eta_range_s[0] for wait, u in zip(waits, users, strict=True)),
+            "above_range": sum(wait > u.eta_range_s[1] for wait, u in zip(waits, users, strict=True)),
+        }
+
+    band = max(1, math.ceil(crowd / DISTANCE_BANDS))
+    return {
+        "meaning": "the wait from entering to seeing ADMITTED against the first answer's etaLowSeconds-"
+        "etaHighSeconds and etaSeconds (error: wait minus etaSeconds); by aheadCount on entry",
+        **figures(told),
+        "by_distance": [
+            {"ahead_from": start, "ahead_to": start + band - 1, **figures(users)}
+            for start in range(0, crowd, band)
+            if (users := [u for u in told if start <= u.ahead < start + band])
+        ],
+        "store": (stats or {}).get("etaAccuracy"),
+    }
+
+
+def eta_csv(users: list) -> str:
+    """Per user who saw ADMITTED after a first estimate: aheadCount, etaSeconds, the range, the wait (s)."""
+    rows = ["ahead,eta_s,low_s,high_s,wait_s"]
+    for u in users:
+        if u.admitted_at is not None and u.eta_range_s is not None and u.ahead is not None:
+            rows.append(f"{u.ahead},{u.eta_s},{u.eta_range_s[0]},{u.eta_range_s[1]},{u.admitted_at - u.entered_at:.3f}")
+    return "\n".join(rows) + "\n"
 
 
 def _oversells(shop: dict, users: list, stock: int) -> dict:
@@ -478,6 +526,26 @@ def _machine(cpu_s: dict, answered: int) -> dict:
     }
 
 
+def eta_lines(accuracy: dict) -> str:
+    """The ETA's accuracy, overall and by distance from the front, as the summary prints it."""
+    store = accuracy["store"] or {}
+    lines = [
+        f"  ETA range   {accuracy['inside_range_share']} of {accuracy['n']} admitted inside their first range "
+        f"({accuracy['below_range']} below, {accuracy['above_range']} above); |error| median "
+        f"{accuracy['median_abs_error_s']} s; the store's etaAccuracy: {store.get('insideRangeShare')} of "
+        f"{store.get('samples')}, median {store.get('medianAbsErrorSeconds')} s"
+    ]
+    for band in accuracy["by_distance"]:
+        e = band["error_s"]
+        lines.append(
+            f"    ahead {band['ahead_from']:>6}-{band['ahead_to']:<6} n={band['n']:<6} inside "
+            f"{band['inside_range_share']} (below {band['below_range']}, above {band['above_range']}); error p5 "
+            f"{e['p5']} p50 {e['p50']} p95 {e['p95']} s; |error| median {band['median_abs_error_s']} s; wait p50 "
+            f"{band['wait_s']['p50']} s"
+        )
+    return "\n".join(lines)
+
+
 def summary(report: dict, out: Path) -> str:
     u, a, s, o = report["users"], report["admissions"], report["shop"], report["oversells"]
     e, n = report["eta_error_s"], report["notice_s"]
@@ -514,6 +582,7 @@ def summary(report: dict, out: Path) -> str:
             f"  notice      admitted -> seen: p50 {n['p50']} s, p95 {n['p95']} s, max {n['max']} s (n={n['n']}); "
             f"-> the telling poll was due: p95 {n['poll_due']['p95']} s; "
             f"ETA error p5 {e['p5']} s, p50 {e['p50']} s, p95 {e['p95']} s",
+            eta_lines(report["eta_accuracy"]),
             f"  per user    {paced['requests_per_admitted_user']} requests per admitted user ({kinds(paced)}); "
             f"polling every {FIXED_POLL_S} s: {fixed['requests_per_admitted_user']} ({kinds(fixed)})",
             f"  load        per 1,000 waiting: mean {paced['mean_per_1000_waiting']}, peak "

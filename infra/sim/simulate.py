@@ -61,7 +61,7 @@ from tqdm import tqdm  # noqa: E402
 from chalicelib.pump import Pump, TickReport  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
 from infra.local.stack import LocalStack  # noqa: E402
-from infra.sim.report import ENTRIES, KINDS, PURCHASE, analyse, plot, summary, target_tick  # noqa: E402
+from infra.sim.report import ENTRIES, KINDS, PURCHASE, analyse, eta_csv, plot, summary, target_tick  # noqa: E402
 
 ARRIVALS_PER_S = 2500  # the default burst's rate, for a crowd of more than 5,000
 
@@ -398,8 +398,9 @@ class User:
     ticket: str = ""
     seq: int | None = None  # their place's sequence number (from the ticket): the pump admits by it
     entered_at: float | None = None
-    ahead: int | None = None  # aheadCount and etaSeconds of the first entry answer
+    ahead: int | None = None  # aheadCount, etaSeconds and its range of the first entry answer
     eta_s: int | None = None
+    eta_range_s: tuple[int, int] | None = None
     admitted_at: float | None = None  # when they saw ADMITTED
     stopped_waiting_at: float | None = None  # admitted, gave up, or refused
     poll_after_s: float | None = None  # the last poll interval the server gave
@@ -478,6 +479,8 @@ async def enter(user: User, api: Api | InProcessApi, signer: TokenSigner) -> dic
             if user.entered_at is None:
                 user.entered_at = answer.sent_at
                 user.ahead, user.eta_s = answer.body.get("aheadCount"), answer.body.get("etaSeconds")
+                if answer.body.get("etaLowSeconds") is not None:
+                    user.eta_range_s = (answer.body["etaLowSeconds"], answer.body["etaHighSeconds"])
             return answer.body
         if not answer.retry_after_s:
             user.outcome = f"enter answered {answer.status} {answer.code}"
@@ -649,6 +652,19 @@ def shop_options(options: argparse.Namespace) -> dict:
     }
 
 
+def target_stats(api_url: str) -> dict | None:
+    """The target's stats (GET .../stats), as an operator reads them; None if they could not be read."""
+    host, port = api_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("GET", ENTRIES.removesuffix("/entries") + "/stats")
+        answer = connection.getresponse()
+        body = answer.read()
+    except OSError:
+        return None
+    return json.loads(body) if answer.status == 200 else None
+
+
 def configure_target(api_url: str, options: argparse.Namespace) -> None:
     """Give the line its originSlo, if asked (the stack's defaults are the batch and tick)."""
     slo = {
@@ -698,6 +714,7 @@ class Sale:
     started: float
     finished: float
     cpu_s: dict
+    stats: dict | None = None  # the target's stats as the API answered them at the end
 
 
 def run_sale(
@@ -756,7 +773,8 @@ def run_sale(
             if options.transport == "inproc"
             else {"the app (the local API)": None, "Redis": redis_cpu, "the pump and the crowd": own_cpu}
         )
-        return Sale(users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished, cpu_s)
+        stats = target_stats(stack.api_url)
+        return Sale(users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished, cpu_s, stats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -779,6 +797,8 @@ def main(argv: list[str] | None = None) -> int:
         else {}
     )
     (options.out / "report.json").write_text(json.dumps(report, indent=1))
+    # Each admitted user's first estimate and wait, to tune the ETA's range on (docs/waits.md).
+    (options.out / "eta.csv").write_text(eta_csv(sale.users))
     plot(report, options.out / "plot.png")
     print(summary(report, options.out), flush=True)
     print(
