@@ -84,6 +84,7 @@ def test_stats_watch_and_targets_show_a_live_line(stack, target_id, capsys):
     status, out, _ = vq(stack, "stats", target, capsys=capsys)
     assert status == 0
     assert f"{target}  admitting" in out and "2 waiting" in out and "admitted     1;" in out
+    assert "ETA          none measured yet" in out  # the admitted user has not polled since
     status, out, _ = vq(stack, "stats", target, "--json", capsys=capsys)
     assert json.loads(out)["waitingCount"] == 2
     status, out, _ = vq(stack, "watch", target, "--count", "2", "--interval", "0.2", capsys=capsys)

@@ -221,6 +221,11 @@
     const c = stats.config;
     const last = samples[samples.length - 1];
     const rate = (value) => (value == null ? "–" : `${number.format(value)}/s`);
+    // How the range each admitted user was first told held, and etaSeconds' median error (docs/waits.md).
+    const etaHeld = (accuracy) =>
+      accuracy && accuracy.samples
+        ? `${number.format(Math.round(100 * accuracy.insideRangeShare))} % of ${number.format(accuracy.samples)}, ±${number.format(accuracy.medianAbsErrorSeconds)} s`
+        : "–";
     const badges = node.querySelector(".badges");
     badges.textContent = "";
     const badge = (text, kind) => { const b = document.createElement("span"); b.className = `badge ${kind}`; b.textContent = text; badges.append(b); };
@@ -235,11 +240,13 @@
       ["measured (last min)", rate(stats.admissionRatePerSec)],
       ["wait avg", stats.waitsMeasured ? `${number.format(stats.avgWaitSeconds)} s` : "–"],
       ["wait p95", stats.waitsMeasured ? `${number.format(stats.p95WaitSeconds)} s (of ${number.format(stats.waitsMeasured)})` : "–"],
+      ["ETA range held", etaHeld(stats.etaAccuracy)],
       ["orders", number.format(stats.ordersCount)],
       [`shop p95 (last ${stats.recentShop.windowSeconds} s)`, stats.recentShop.p95Ms != null ? `${stats.recentShop.p95Ms} ms` : "–"],
       ["shop errors", stats.recentShop.errorRate != null ? `${number.format(100 * stats.recentShop.errorRate)} %` : "–"],
       ["left", number.format(stats.leftCount)], ["evicted", number.format(stats.evictedCount)],
     ];
+    if (stats.openingDraw) figures.push(["draw", stats.openingDraw.seed ? "seed published" : "seed committed"]);
     const box = node.querySelector(".figures");
     box.textContent = "";
     for (const [label, value] of figures) {

@@ -304,7 +304,7 @@
     const done = start === 0 ? 100 : Math.round(100 * (start - ahead) / start);
     $("position").textContent = entry.position != null ? entry.position.toLocaleString(locale) : "–";
     $("ahead").textContent = ahead.toLocaleString(locale);
-    $("eta").textContent = formatEta(entry.paused ? null : entry.etaSeconds);
+    $("eta").textContent = entry.paused ? "–" : formatEta(entry.etaSeconds, entry.etaLowSeconds, entry.etaHighSeconds);
     $("progress").style.width = `${done}%`;
     $("bar").setAttribute("aria-valuenow", String(done));
     $("paused").hidden = !entry.paused;
@@ -317,9 +317,16 @@
     }
   }
 
-  function formatEta(seconds) {
-    if (seconds == null || !Number.isFinite(Number(seconds))) return "–";
-    return seconds < 90 ? fill(t.etaSeconds, { n: seconds }) : fill(t.etaMinutes, { n: Math.round(seconds / 60) });
+  // The range the wait is expected in ("about 4-6 min"); etaSeconds alone from a server without one.
+  function formatEta(seconds, low, high) {
+    const known = (value) => value != null && Number.isFinite(Number(value));
+    if (!known(low) || !known(high)) {
+      if (!known(seconds)) return "–";
+      return seconds < 90 ? fill(t.etaSeconds, { n: seconds }) : fill(t.etaMinutes, { n: Math.round(seconds / 60) });
+    }
+    if (high < 90) return low === high ? fill(t.etaSeconds, { n: high }) : fill(t.etaRangeSeconds, { low, high });
+    const [lowMin, highMin] = [Math.max(1, Math.floor(low / 60)), Math.ceil(high / 60)];
+    return lowMin === highMin ? fill(t.etaMinutes, { n: highMin }) : fill(t.etaRangeMinutes, { low: lowMin, high: highMin });
   }
 
   function showAdmitted(entry) {

@@ -36,6 +36,13 @@ def summary(target: str, stats: dict, admitted_per_s: float | None = None) -> li
         if measured
         else "none measured yet (a wait is measured when the admitted user polls)"
     )
+    accuracy = stats.get("etaAccuracy") or {}
+    eta = (
+        f"{100 * accuracy['insideRangeShare']:.0f} % of {accuracy['samples']:,} admitted inside their first range; "
+        f"etaSeconds off by {accuracy['medianAbsErrorSeconds']:g} s (median)"
+        if accuracy.get("samples")
+        else "none measured yet"
+    )
     return [
         f"{target}  {state}{opens}",
         f"  in line      {stats['waitingCount']:,} waiting, {stats['preQueuedCount']:,} pre-queued"
@@ -45,6 +52,7 @@ def summary(target: str, stats: dict, admitted_per_s: float | None = None) -> li
         f"  rate         configured {_rate(stats['configuredRatePerSec'])}, effective "
         f"{_rate(stats['effectiveRatePerSec'])}, measured {_rate(stats['admissionRatePerSec'])} (last min){now}",
         f"  waits        {waits}",
+        f"  ETA          {eta}",
         f"  departures   {stats['leftCount']:,} left, {stats['evictedCount']:,} evicted (stopped polling), "
         f"{stats['soldOutReleasedCount']:,} released at sold out",
         f"  shop         {stats['ordersCount']:,} orders; {shop_now}",
