@@ -7,13 +7,12 @@ after ln(1 + h n / r) / h seconds (dn/dt = -r - h n), and the user hears of it a
 near-front poll later on average (NOTICE_S). The range is centred there, SPREAD of it either side, in whole
 seconds rounded outwards.
 
-h is measured from what the pump counts: the seqs the admitted mark has passed are the users whose turn came;
-those of them not admitted (mark - admitted) left or were evicted before it, over waits of about the average wait
-of those admitted. Until many turns have come, that says little (in a burst every newcomer is told before anyone's
-turn), so the measure starts from a prior: h = (departed + PRIOR_PER_S * PRIOR_EXPOSURE_S) / (turns * average wait
-+ PRIOR_EXPOSURE_S). SPREAD and the prior were tuned on the simulator (docs/waits.md), whose line moves exactly
-at its rate: a real line's drift is wider. How often the range held, and how far `etaSeconds` was off, is
-measured at every admission (stats' `etaAccuracy`).
+h is measured from what the queue counts: the users who left or were evicted, over the time users spent waiting
+(the pump adds the users waiting times each tick's length). In a burst every newcomer is told before much is
+measured, so the measure starts from a prior: h = (left + evicted + PRIOR_PER_S * PRIOR_EXPOSURE_S) /
+(waiting time + PRIOR_EXPOSURE_S). SPREAD and the prior were tuned on the simulator (docs/waits.md), whose line
+moves exactly at its rate: a real line's drift is wider. How often the range held, and how far `etaSeconds` was
+off, is measured at every admission (stats' `etaAccuracy`).
 """
 
 from __future__ import annotations
@@ -26,30 +25,28 @@ from chalicelib.polling import NEAR_FRONT_MS
 SPREAD = 0.0075  # the range's share of its centre either side
 NOTICE_S = NEAR_FRONT_MS / 2000  # from the admission to the poll that tells of it, on average
 PRIOR_PER_S = 0.0003  # departures per second of a user in line, before any are measured (1 in 6 over 10 minutes)
-PRIOR_EXPOSURE_S = 6000.0  # ... weighing as much as 100 users' turns after a minute's wait each
+PRIOR_EXPOSURE_S = 6000.0  # ... weighing as much as 100 users waiting a minute
 
 
 @dataclass
 class Departures:
-    """What the pump and the polls count of a line: users admitted, the admitted mark (every seq up to it had their
-    turn), and the users who collected their token with their total wait."""
+    """What the queue counts of a line's departures: users who left, users evicted, and the time users spent
+    waiting in it (user-milliseconds)."""
 
-    admitted: int = 0
-    mark: int = 0
-    waited: int = 0
-    wait_ms: int = 0
+    left: int = 0
+    evicted: int = 0
+    waiting_user_ms: int = 0
 
     @classmethod
     def from_script(cls, counters: list) -> Departures:
-        """From the scripts' `counters` reply: HMGET stats admitted, wait_count, wait_ms; then the mark."""
-        admitted, waited, wait_ms, mark = (int(value or 0) for value in counters)
-        return cls(admitted=admitted, mark=mark, waited=waited, wait_ms=wait_ms)
+        """From the scripts' `counters` reply: HMGET stats left, evicted, waiting_user_ms."""
+        left, evicted, waiting_user_ms = (int(value or 0) for value in counters)
+        return cls(left, evicted, waiting_user_ms)
 
     def rate_per_s(self) -> float:
-        """How often a user in line departs before their turn, per second of waiting: measured, from the prior."""
-        departed = max(0, self.mark - self.admitted)
-        exposure_s = self.mark * self.wait_ms / self.waited / 1000 if self.waited else 0.0
-        return (departed + PRIOR_PER_S * PRIOR_EXPOSURE_S) / (exposure_s + PRIOR_EXPOSURE_S)
+        """How often a user in line departs, per second of waiting: as measured, from the prior."""
+        departed = self.left + self.evicted + PRIOR_PER_S * PRIOR_EXPOSURE_S
+        return departed / (self.waiting_user_ms / 1000 + PRIOR_EXPOSURE_S)
 
 
 @dataclass(frozen=True)

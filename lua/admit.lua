@@ -10,7 +10,8 @@
 -- KEYS[6] stats       hash of counters: `admitted` counts admissions; `rate` is the measured admission rate;
 --                     `fences` counts failovers fenced, `fence_lost_from`, `fence_lost_to` and `fence_until_ms` the
 --                     last one's range of seqs that may have been lost, and until when status.lua restores one of
---                     them admitted
+--                     them admitted; `waiting_user_ms` sums the users waiting over each tick's length (what departures
+--                     are a rate of)
 -- KEYS[7] waits       wait-time histogram (only its TTL is kept here)
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users
 --                     waiting
@@ -117,6 +118,10 @@ end
 local covered = 1
 if last then
   covered = math.max(1, math.min(math.floor((tick_number * tick_ms - last) / tick_ms), tonumber(catchup_ticks)))
+end
+-- Every user waiting since the last tick could have left: the time the departures' rate is measured over.
+if waiting_count > 0 then
+  redis.call('HINCRBY', stats, 'waiting_user_ms', waiting_count * (last and tick_number * tick_ms - last or tick_ms))
 end
 -- Below the batch, users per tick may be fractional: the fraction carries over to the next tick.
 local owed = per_tick * covered

@@ -8,7 +8,8 @@
 -- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters; `rate`: admissions per second measured by the pump (absent: none yet);
---                     `not_invited` counts enters an invite-only target refused; admitted, wait_count, wait_ms
+--                     `not_invited` counts enters an invite-only target refused; left, evicted, waiting_user_ms
+--                     (departures and the time they are a rate of)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
 --                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only
 -- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
@@ -36,7 +37,7 @@
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
 --   {'WAITING', seq, ahead, rate, paused, created, register, counters}  seq, users ahead, admissions per second,
 --     paused (0|1), created (0|1), target needs registering (0|1), and the counters the ETA's range comes from
---     (chalicelib/eta.py): admitted, wait_count, wait_ms, mark
+--     (chalicelib/eta.py): left, evicted, waiting_user_ms
 --   {'PRE_QUEUE', arrival, opens_at_ms, created, register}  arrival seq, opens at (ms), created (0|1), target needs
 --     registering (0|1)
 --   {'FULL'}
@@ -162,8 +163,7 @@ if not seq_number then
   return {'PRE_QUEUE', arrival, config_values[4], created, register}
 end
 ahead = ahead or redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
-local counters = redis.call('HMGET', stats, 'rate', 'admitted', 'wait_count', 'wait_ms')
-counters[5] = mark_text
+local counters = redis.call('HMGET', stats, 'rate', 'left', 'evicted', 'waiting_user_ms')
 local rate = table.remove(counters, 1)
   or tostring(tonumber(config_values[1] or default_batch) * 1000 / tonumber(config_values[2] or default_tick_ms))
 return {'WAITING', seq_number, ahead, rate, config_values[8] == '1' and 1 or 0, created, register, counters}

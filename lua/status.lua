@@ -3,8 +3,9 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
--- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; `rate`: admissions per second measured by the
---                     pump; `fence_lost_from`, `fence_lost_to`, `fence_until_ms`: the seqs the last failover may
+-- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; left, evicted, waiting_user_ms (departures
+--                     and the time they are a rate of); `rate`: admissions per second measured by the pump;
+--                     `fence_lost_from`, `fence_lost_to`, `fence_until_ms`: the seqs the last failover may
 --                     have lost, and until when an entry among them the mark passed is restored admitted; the ETA's
 --                     accuracy: eta_samples, eta_inside, and `eta_error:<bucket>`, a histogram of etaSeconds'
 --                     absolute error (buckets as the waits')
@@ -37,7 +38,7 @@
 --     per second, paused (0|1), and what a container needs to reckon the line while Redis cannot be asked
 --     (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and the highest number the
 --     opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet settled); and the
---     counters the ETA's range comes from (chalicelib/eta.py): admitted, wait_count, wait_ms, mark
+--     counters the ETA's range comes from (chalicelib/eta.py): left, evicted, waiting_user_ms
 --   {'PRE_QUEUE', arrival, opens_at_ms}  arrival seq, opens at (ms)
 --   {'NOT_IN_QUEUE'} (and the ticket restores nothing)
 --   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
@@ -156,8 +157,7 @@ redis.call('ZADD', heartbeat, now_ms, user_id)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
 -- The bounds as Redis spelt them: a Lua number turned back into text costs a printf.
 local ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
-local counters = redis.call('HMGET', stats, 'rate', 'admitted', 'wait_count', 'wait_ms')
-counters[5] = mark_text
+local counters = redis.call('HMGET', stats, 'rate', 'left', 'evicted', 'waiting_user_ms')
 local rate = table.remove(counters, 1)
   or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms))
 -- Numbers up to the draw's `last` were dealt anew: a ticket up to it does not tell its place in line.

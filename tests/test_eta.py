@@ -1,8 +1,11 @@
 """The ETA's range (etaLowSeconds, etaHighSeconds) and its accuracy, measured at admission (etaAccuracy)."""
 
+import time
+
 import pytest
 
 from chalicelib import eta
+from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 
@@ -20,15 +23,14 @@ def at(room, seconds):
 
 
 def test_the_range_is_centred_on_the_line_thinned_by_its_departures():
-    # By hand: 1,000 ahead at 10 a second is 100 s if all stay. The mark passed 200 seqs and 160 were admitted:
-    # 40 departed before their turn, over about 200 turns of 50 s each (the admitted's average wait), to which the
-    # prior adds 1.8 departures over 6,000 s: h = 41.8 / 16,000 = 0.0026125 a second. The line then reaches the
-    # user after ln(1 + 0.26125) / 0.0026125 = 88.85 s, and the poll tells them 0.5 s later: 89.35 s, 3/4 % either
-    # side, outwards to whole seconds.
-    departures = eta.Departures(admitted=160, mark=200, waited=100, wait_ms=5_000_000)
+    # By hand: 1,000 ahead at 10 a second is 100 s if all stay. 30 users left and 10 were evicted while users
+    # waited 10,000 s in all, to which the prior adds 1.8 departures over 6,000 s: h = 41.8 / 16,000 = 0.0026125 a
+    # second. The line then reaches the user after ln(1 + 0.26125) / 0.0026125 = 88.85 s, and the poll tells them
+    # 0.5 s later: 89.35 s, 3/4 % either side, outwards to whole seconds.
+    departures = eta.Departures(left=30, evicted=10, waiting_user_ms=10_000_000)
     assert departures.rate_per_s() == pytest.approx(41.8 / 16_000)
     assert eta.estimate(1000, 10.0, departures) == eta.Estimate(eta_s=100, low_s=88, high_s=91)
-    # Before any turn, the prior alone: 0.0003 a second, ln(1.03) / 0.0003 = 98.53 s, and 0.5 s.
+    # Before anyone waited, the prior alone: 0.0003 a second, ln(1.03) / 0.0003 = 98.53 s, and 0.5 s.
     assert eta.Departures().rate_per_s() == pytest.approx(0.0003)
     assert eta.estimate(1000, 10.0, eta.Departures()) == eta.Estimate(eta_s=100, low_s=98, high_s=100)
     # At the front: the poll that tells of the turn.
@@ -54,21 +56,31 @@ def test_every_waiting_answer_carries_the_range_and_paused_ones_null(make_room):
         assert (body["etaSeconds"], body["etaLowSeconds"], body["etaHighSeconds"]) == (None, None, None)
 
 
-def test_departures_the_pump_counted_move_the_range_down(make_room):
+def test_departures_counted_move_the_range_down(make_room):
     room = make_room(VQ_BATCH_SIZE=10, VQ_TICK_MS=1000)
     keys = room.store.keys(DROP)
-    room.store.client.zadd(keys.waiting, {f"x{seq}": seq for seq in range(201, 1202)})
-    room.store.client.set(keys.seq, 1201)
-    room.store.client.set(keys.mark, 200)
-    # 200 turns came, and all 200 were admitted after 50 s each: nobody departed.
-    room.store.client.hset(keys.stats, mapping={"admitted": 200, "wait_count": 200, "wait_ms": 10_000_000})
+    room.store.client.zadd(keys.waiting, {f"x{seq}": seq for seq in range(1, 1002)})
+    room.store.client.set(keys.seq, 1001)
+    # Users waited 10,000 s in all (the pump's count) and nobody departed.
+    room.store.client.hset(keys.stats, mapping={"waiting_user_ms": 10_000_000})
     before = room.enter(DROP, "newcomer")  # 1,001 ahead at 10 a second
-    # Of the same 200 turns, 40 departed (the mark passed their seqs, the pump admitted 160).
-    room.store.client.hset(keys.stats, mapping={"admitted": 160, "wait_count": 100, "wait_ms": 5_000_000})
+    # Over the same time, 30 left and 10 were evicted.
+    room.store.client.hset(keys.stats, mapping={"left": 30, "evicted": 10})
     after = room.enter(DROP, "newcomer")
     assert after.eta_seconds == before.eta_seconds == 101
     assert before.eta_range == (99, 101)  # h = 1.8 / 16,000: 99.5 s and the poll
     assert after.eta_range == (88, 91)  # h = 41.8 / 16,000: 88.9 s and the poll
+
+
+def test_the_pump_counts_the_time_users_wait(make_room):
+    room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=100)
+    for user in range(1, 6):
+        room.enter(DROP, str(user))
+    started = time.monotonic()
+    Pump(room.store, room.settings).run(ticks=3)  # 5 wait through the first tick, 4 the next, 3 the third
+    elapsed_ms = (time.monotonic() - started) * 1000
+    counted = int(room.store.client.hget(room.store.keys(DROP).stats, "waiting_user_ms"))
+    assert 1200 <= counted <= 5 * (elapsed_ms + 100)  # a late tick counts the time since the last one
 
 
 def test_accuracy_is_measured_at_admission_against_the_first_estimate(make_room):
