@@ -123,6 +123,9 @@ def test_pre_queue_counts_down_and_takes_a_place_at_the_opening_without_a_reload
     shopper.expect_view("prequeue")
     expect(page.locator("#opens-in")).to_have_text(re.compile(r"^0:0[0-8]$"))
     expect(page.locator("#opens-at")).not_to_be_empty()
+    # The fair-order note shows the commitment to the draw's seed that stats publish.
+    _, stats = http("GET", stack.queue(target_id, "/stats"))
+    expect(page.locator("#commitment")).to_contain_text(stats["openingDraw"]["commitment"])
     shopper.shot("prequeue", readme="phone")
     page.evaluate("window.sameDocument = true")
 
@@ -279,6 +282,25 @@ def test_status_the_page_does_not_know_gets_a_neutral_view_and_polling_goes_on(s
     assert len(polls) >= 2  # still polling
     page.unroute("**/entries/me")
     shopper.expect_view("waiting")
+
+
+def test_the_wait_shows_as_a_range_in_the_page_s_language(shopper, stack, target_id):
+    page, t = shopper.page, shopper.t
+    wait_second_in_line(shopper, stack, target_id)
+    answer = {"status": "WAITING", "position": 900, "aheadCount": 899, "paused": False, "pollAfterMs": 500}
+    shown = {"etaSeconds": 300, "etaLowSeconds": 250, "etaHighSeconds": 350}
+
+    def waiting(route):
+        route.fulfill(content_type="application/json", body=json.dumps({**answer, **shown}))
+
+    page.route("**/entries/me", waiting)
+    expect(page.locator("#eta")).to_have_text(t["etaRangeMinutes"].format(low=4, high=6))  # "about 4-6 min"
+    shown.update(etaSeconds=40, etaLowSeconds=31, etaHighSeconds=46)
+    expect(page.locator("#eta")).to_have_text(t["etaRangeSeconds"].format(low=31, high=46))
+    shown.update(etaSeconds=None, etaLowSeconds=None, etaHighSeconds=None)
+    answer["paused"] = True
+    expect(page.locator("#eta")).to_have_text("–")
+    page.unroute("**/entries/me")
 
 
 def test_polls_follow_the_servers_pollAfterMs(shopper, stack, target_id):

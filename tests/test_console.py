@@ -51,7 +51,13 @@ def test_console_charts_a_live_sale_and_sets_the_rate(shopper, stack, target_id)
     expect(card.locator("[data-chart=admitted] figcaption span")).not_to_have_text(
         re.compile(r"now [–0]/s"), timeout=5_000
     )
-    assert http("GET", stack.queue(target_id, "/stats"))[1]["ordersCount"] == 12 - len(waiting) > 0
+    stats = http("GET", stack.queue(target_id, "/stats"))[1]
+    assert stats["ordersCount"] == 12 - len(waiting) > 0
+    # How the first estimates held, as stats measured them at each admission.
+    accuracy = stats["etaAccuracy"]
+    assert accuracy["samples"] == 12 - len(waiting)
+    held = rf"ETA range held\s*{round(100 * accuracy['insideRangeShare'])} % of {accuracy['samples']}, ±"
+    expect(card.locator(".figures")).to_contain_text(re.compile(held))
     expect(card.locator(".figures")).to_contain_text(re.compile(r"configured\s*2/s"))
     shopper.shot("console", readme="desktop")
 
