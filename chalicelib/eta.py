@@ -3,9 +3,9 @@
 `etaSeconds` is the users ahead over the measured admission rate: the wait if all of them stay. Some leave or are
 evicted before their turn, and the line then reaches the user sooner. A user in line departs at some rate h a
 second; of the `n` ahead, admitted at `r` a second, those still to come thin at h, so the line reaches the user
-after ln(1 + h n / r) / h seconds (dn/dt = -r - h n), and the user hears of it at their next poll, half a
-near-front poll later on average (NOTICE_S). The range is centred there, SPREAD of it either side, in whole
-seconds rounded outwards.
+after ln(1 + h n / r) / h seconds (dn/dt = -r - h n), plus NOTICE_S: the turn comes at the tick after that, and
+the user hears of it at their next poll, half a near-front poll later on average. The range is centred there,
+SPREAD of it either side, in whole seconds rounded outwards.
 
 h is measured from what the queue counts: the users who left or were evicted, over the time users spent waiting
 (the pump adds the users waiting times each tick's length). In a burst every newcomer is told before much is
@@ -22,10 +22,12 @@ from dataclasses import dataclass
 
 from chalicelib.polling import NEAR_FRONT_MS
 
-SPREAD = 0.0075  # the range's share of its centre either side
-NOTICE_S = NEAR_FRONT_MS / 2000  # from the admission to the poll that tells of it, on average
+SPREAD = 0.01  # the range's share of its centre either side
+# From the moment the line would reach the user to the poll that tells them: the tick it falls on (a quarter
+# second, half a short tick) and half a near-front poll.
+NOTICE_S = 0.25 + NEAR_FRONT_MS / 2000
 PRIOR_PER_S = 0.0003  # departures per second of a user in line, before any are measured (1 in 6 over 10 minutes)
-PRIOR_EXPOSURE_S = 6000.0  # ... weighing as much as 100 users waiting a minute
+PRIOR_EXPOSURE_S = 600_000.0  # ... weighing as much as 1,000 users waiting ten minutes
 
 
 @dataclass

@@ -23,16 +23,16 @@ def at(room, seconds):
 
 
 def test_the_range_is_centred_on_the_line_thinned_by_its_departures():
-    # By hand: 1,000 ahead at 10 a second is 100 s if all stay. 30 users left and 10 were evicted while users
-    # waited 10,000 s in all, to which the prior adds 1.8 departures over 6,000 s: h = 41.8 / 16,000 = 0.0026125 a
-    # second. The line then reaches the user after ln(1 + 0.26125) / 0.0026125 = 88.85 s, and the poll tells them
-    # 0.5 s later: 89.35 s, 3/4 % either side, outwards to whole seconds.
-    departures = eta.Departures(left=30, evicted=10, waiting_user_ms=10_000_000)
-    assert departures.rate_per_s() == pytest.approx(41.8 / 16_000)
-    assert eta.estimate(1000, 10.0, departures) == eta.Estimate(eta_s=100, low_s=88, high_s=91)
-    # Before anyone waited, the prior alone: 0.0003 a second, ln(1.03) / 0.0003 = 98.53 s, and 0.5 s.
+    # By hand: 1,000 ahead at 10 a second is 100 s if all stay. 30,000 users left and 10,000 were evicted while
+    # users waited 10,000,000 s in all, to which the prior adds 180 departures over 600,000 s: h = 40,180 /
+    # 10,600,000 = 0.00379 a second. The line then reaches the user after ln(1 + 0.379) / 0.00379 = 84.79 s, and
+    # the tick and the poll tell them 0.75 s later: 85.54 s, 1 % either side, outwards to whole seconds.
+    departures = eta.Departures(left=30_000, evicted=10_000, waiting_user_ms=10_000_000_000)
+    assert departures.rate_per_s() == pytest.approx(40_180 / 10_600_000)
+    assert eta.estimate(1000, 10.0, departures) == eta.Estimate(eta_s=100, low_s=84, high_s=87)
+    # Before anyone waited, the prior alone: 0.0003 a second, ln(1.03) / 0.0003 = 98.53 s, and 0.75 s.
     assert eta.Departures().rate_per_s() == pytest.approx(0.0003)
-    assert eta.estimate(1000, 10.0, eta.Departures()) == eta.Estimate(eta_s=100, low_s=98, high_s=100)
+    assert eta.estimate(1000, 10.0, eta.Departures()) == eta.Estimate(eta_s=100, low_s=98, high_s=101)
     # At the front: the poll that tells of the turn.
     assert eta.estimate(0, 10.0, eta.Departures()) == eta.Estimate(eta_s=0, low_s=0, high_s=1)
 
@@ -46,7 +46,7 @@ def test_every_waiting_answer_carries_the_range_and_paused_ones_null(make_room):
         assert body["status"] == "WAITING"
         low, high = body["etaLowSeconds"], body["etaHighSeconds"]
         assert isinstance(low, int) and isinstance(high, int) and 0 <= low <= high
-    last = polled[-1].to_body()  # 40 ahead at 10 a second: 4 s, and the 0.5 s to the telling poll
+    last = polled[-1].to_body()  # 40 ahead at 10 a second: 4 s, and the 0.75 s to the telling poll
     assert (last["etaSeconds"], last["etaLowSeconds"], last["etaHighSeconds"]) == (4, 4, 5)
     room.configure(DROP, TargetConfig(batch=10, tick_ms=1000, paused=True))
     paused = [room.enter(DROP, "1").to_body(), room.enter(DROP, "99").to_body()]
@@ -61,15 +61,15 @@ def test_departures_counted_move_the_range_down(make_room):
     keys = room.store.keys(DROP)
     room.store.client.zadd(keys.waiting, {f"x{seq}": seq for seq in range(1, 1002)})
     room.store.client.set(keys.seq, 1001)
-    # Users waited 10,000 s in all (the pump's count) and nobody departed.
-    room.store.client.hset(keys.stats, mapping={"waiting_user_ms": 10_000_000})
+    # Users waited 10,000,000 s in all (the pump's count) and nobody departed.
+    room.store.client.hset(keys.stats, mapping={"waiting_user_ms": 10_000_000_000})
     before = room.enter(DROP, "newcomer")  # 1,001 ahead at 10 a second
-    # Over the same time, 30 left and 10 were evicted.
-    room.store.client.hset(keys.stats, mapping={"left": 30, "evicted": 10})
+    # Over the same time, 30,000 left and 10,000 were evicted.
+    room.store.client.hset(keys.stats, mapping={"left": 30_000, "evicted": 10_000})
     after = room.enter(DROP, "newcomer")
     assert after.eta_seconds == before.eta_seconds == 101
-    assert before.eta_range == (99, 101)  # h = 1.8 / 16,000: 99.5 s and the poll
-    assert after.eta_range == (88, 91)  # h = 41.8 / 16,000: 88.9 s and the poll
+    assert before.eta_range == (99, 102)  # h = 180 / 10,600,000: 100.0 s, the tick and the poll
+    assert after.eta_range == (84, 87)  # h = 40,180 / 10,600,000: 84.9 s, the tick and the poll
 
 
 def test_the_pump_counts_the_time_users_wait(make_room):
@@ -80,7 +80,9 @@ def test_the_pump_counts_the_time_users_wait(make_room):
     Pump(room.store, room.settings).run(ticks=3)  # 5 wait through the first tick, 4 the next, 3 the third
     elapsed_ms = (time.monotonic() - started) * 1000
     counted = int(room.store.client.hget(room.store.keys(DROP).stats, "waiting_user_ms"))
-    assert 1200 <= counted <= 5 * (elapsed_ms + 100)  # a late tick counts the time since the last one
+    # Counted in whole ticks since the last one (a late tick counts all the time since): at most the time that
+    # passed and the first tick's, the first and last ticks' boundaries rounding it by a tick each.
+    assert 1200 <= counted <= 5 * (elapsed_ms + 3 * 100)
 
 
 def test_accuracy_is_measured_at_admission_against_the_first_estimate(make_room):
