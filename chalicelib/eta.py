@@ -26,7 +26,7 @@ SPREAD = 0.01  # the range's share of its centre either side
 # From the moment the line would reach the user to the poll that tells them: the tick it falls on (a quarter
 # second, half a short tick) and half a near-front poll.
 NOTICE_S = 0.25 + NEAR_FRONT_MS / 2000
-PRIOR_PER_S = 0.0003  # departures per second of a user in line, before any are measured (1 in 6 over 10 minutes)
+PRIOR_PER_S = 0.00032  # departures per second of a user in line, before any are measured (1 in 6 over 10 minutes)
 PRIOR_EXPOSURE_S = 600_000.0  # ... weighing as much as 1,000 users waiting ten minutes
 
 

@@ -24,14 +24,14 @@ def at(room, seconds):
 
 def test_the_range_is_centred_on_the_line_thinned_by_its_departures():
     # By hand: 1,000 ahead at 10 a second is 100 s if all stay. 30,000 users left and 10,000 were evicted while
-    # users waited 10,000,000 s in all, to which the prior adds 180 departures over 600,000 s: h = 40,180 /
+    # users waited 10,000,000 s in all, to which the prior adds 192 departures over 600,000 s: h = 40,192 /
     # 10,600,000 = 0.00379 a second. The line then reaches the user after ln(1 + 0.379) / 0.00379 = 84.79 s, and
     # the tick and the poll tell them 0.75 s later: 85.54 s, 1 % either side, outwards to whole seconds.
     departures = eta.Departures(left=30_000, evicted=10_000, waiting_user_ms=10_000_000_000)
-    assert departures.rate_per_s() == pytest.approx(40_180 / 10_600_000)
+    assert departures.rate_per_s() == pytest.approx(40_192 / 10_600_000)
     assert eta.estimate(1000, 10.0, departures) == eta.Estimate(eta_s=100, low_s=84, high_s=87)
-    # Before anyone waited, the prior alone: 0.0003 a second, ln(1.03) / 0.0003 = 98.53 s, and 0.75 s.
-    assert eta.Departures().rate_per_s() == pytest.approx(0.0003)
+    # Before anyone waited, the prior alone: 0.00032 a second, ln(1.032) / 0.00032 = 98.44 s, and 0.75 s.
+    assert eta.Departures().rate_per_s() == pytest.approx(0.00032)
     assert eta.estimate(1000, 10.0, eta.Departures()) == eta.Estimate(eta_s=100, low_s=98, high_s=101)
     # At the front: the poll that tells of the turn.
     assert eta.estimate(0, 10.0, eta.Departures()) == eta.Estimate(eta_s=0, low_s=0, high_s=1)
@@ -68,8 +68,8 @@ def test_departures_counted_move_the_range_down(make_room):
     room.store.client.hset(keys.stats, mapping={"left": 30_000, "evicted": 10_000})
     after = room.enter(DROP, "newcomer")
     assert after.eta_seconds == before.eta_seconds == 101
-    assert before.eta_range == (99, 102)  # h = 180 / 10,600,000: 100.0 s, the tick and the poll
-    assert after.eta_range == (84, 87)  # h = 40,180 / 10,600,000: 84.9 s, the tick and the poll
+    assert before.eta_range == (99, 102)  # h = 192 / 10,600,000: 100.0 s, the tick and the poll
+    assert after.eta_range == (84, 87)  # h = 40,192 / 10,600,000: 84.9 s, the tick and the poll
 
 
 def test_the_pump_counts_the_time_users_wait(make_room):
