@@ -8,14 +8,10 @@ from chalicelib import eta
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from tests.support.ticks import admit_through
 
 DROP = Target("limited-drop", 42)
 T0 = 1_900_000_000.0  # the room's clock: every wait below is exact
-
-
-def admit_up_to(room, mark):
-    """Move the admitted mark as the pump would."""
-    room.store.client.set(room.store.keys(DROP).mark, mark)
 
 
 def at(room, seconds):
@@ -94,7 +90,7 @@ def test_accuracy_is_measured_at_admission_against_the_first_estimate(make_room)
         room.leave(DROP, str(user), entries[user].queue_ticket)
     at(room, 0.5)
     room.status(DROP, "5", entries[5].queue_ticket)  # a poll that finds them waiting changes nothing
-    admit_up_to(room, 20)
+    admit_through(room.store, DROP)  # everyone in line
     waits = {user: 1.5 if user <= 10 else 30.0 for user in entries if user not in (3, 4)}
     for user, wait_s in sorted(waits.items(), key=lambda item: item[1]):
         at(room, wait_s)
@@ -118,7 +114,7 @@ def test_an_entry_told_no_estimate_is_no_sample(make_room):
     ticket = room.enter(DROP, "1").queue_ticket
     assert room.signer.read_ticket(ticket).told is None
     room.configure(DROP, TargetConfig(batch=1, tick_ms=100))
-    admit_up_to(room, 1)
+    admit_through(room.store, DROP, "1")
     assert room.status(DROP, "1", ticket).status == "ADMITTED"
     assert room.stats(DROP)["etaAccuracy"] == {"samples": 0, "insideRangeShare": None, "medianAbsErrorSeconds": None}
     assert room.stats(DROP)["waitsMeasured"] == 1
