@@ -44,11 +44,12 @@ class PreQueued:
 @dataclass
 class Admitted:
     """Holds the entry token of `grant` (as queue state spells it) for their entry numbered `entry`; `issued_now`:
-    this very call admitted the user."""
+    this very call admitted the user; not `queued`: the safety net admitted them as they entered, past no line."""
 
     grant: str
     issued_now: bool
     entry: int = 0
+    queued: bool = True
 
 
 class Full:
@@ -149,6 +150,7 @@ class QueueFigures:
     eta_samples: int = 0  # admissions whose entry was told an estimate, and how many waited within its range
     eta_inside: int = 0
     eta_errors: dict[int, int] | None = None  # bucket (see waits.py) -> admissions with such an etaSeconds error
+    passed_through: int = 0  # admitted by the safety net as they entered, without queueing
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ _PLACES: dict[str, Callable[[Any], Place]] = {
         created=getattr(r, "created", 0) == 1,
     ),
     "ADMITTED": lambda r: _admitted(r.held, r.issued_now == 1),
+    "PASSED": lambda r: _admitted(r.held, True, queued=False),
     "FLAG": lambda r: FlagChanged(r.target_version),
     "FULL": lambda _: Full(),
     "CLOSED": lambda _: Closed(),
@@ -206,9 +209,9 @@ _PLACES: dict[str, Callable[[Any], Place]] = {
 }
 
 
-def _admitted(held: str, issued_now: bool) -> Admitted:
+def _admitted(held: str, issued_now: bool, queued: bool = True) -> Admitted:
     entry, _, grant = held.rpartition(" ")  # '<entry number> <grant>'
-    return Admitted(grant=grant, issued_now=issued_now, entry=int(entry) if entry.isdigit() else 0)
+    return Admitted(grant=grant, issued_now=issued_now, entry=int(entry) if entry.isdigit() else 0, queued=queued)
 
 
 def place_of(reply: Any) -> Place:

@@ -37,6 +37,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "commitment": ("commitment", str),
     "placed": ("placed", int),
     "opens_at_ms": ("opensAt", lambda ms: iso_time(int(ms)) if ms else None),
+    "queued": ("queued", lambda flag: flag == "1"),
 }
 
 
@@ -83,6 +84,9 @@ def read_event(target: Target, entry_id: str, fields: dict[str, str]) -> Event:
         for name, text in fields.items():
             key, read = _FIELDS[name]
             detail[key] = read(text)
+        if detail_type == "UserAdmitted":
+            # Written by a release before the safety net, when every admission was the pump's.
+            detail.setdefault("queued", True)
     return Event(target, entry_id, detail_type, detail)
 
 

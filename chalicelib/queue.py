@@ -81,6 +81,7 @@ class QueueEntry:
     opens_at_ms: int | None = None
     poll_after_ms: int | None = None  # PRE_QUEUE and WAITING: when to poll next (chalicelib/polling.py)
     paused: bool = False
+    queued: bool | None = None  # ADMITTED: False when the safety net admitted the user as they entered
 
     def to_body(self) -> dict:
         if self.status == "PRE_QUEUE":
@@ -105,6 +106,8 @@ class QueueEntry:
             body["tokenExpiresAt"] = expires.isoformat().replace("+00:00", "Z")
         if self.queue_ticket is not None:
             body["queueTicket"] = self.queue_ticket
+        if self.queued is not None:
+            body["queued"] = self.queued
         return body
 
 
@@ -180,7 +183,12 @@ class WaitingRoom:
         if isinstance(place, SoldOut):
             raise QueueSoldOut("sold out: this queue admits nobody any more")
         entry = self._answer(target, user_id, place, now)
-        number = _entry_number(place) if self.recovers_tickets or getattr(place, "created", False) else None
+        passed = isinstance(place, Admitted) and not place.queued
+        if passed:
+            count("PassedThrough", target)
+            count("TokensIssued", target)
+        fresh = passed or getattr(place, "created", False)
+        number = _entry_number(place) if self.recovers_tickets or fresh else None
         if number:
             # A recovered ticket times the wait from now, against what this answer tells: the entry's first moment
             # and estimate are not kept.
@@ -280,6 +288,8 @@ class WaitingRoom:
             "notInvitedCount": figures.not_invited,
             "restoredCount": figures.restored,
             "failovers": _failovers(figures),
+            "passedThroughCount": figures.passed_through,
+            "entryMode": self._entry_mode(figures, now_ms),
             "configuredRatePerSec": _rounded(self._batch(figures.config) * 1000 / self._tick_ms(figures.config)),
             "effectiveRatePerSec": _rounded(self._effective_rate(figures)),
             "etaAccuracy": _eta_accuracy(figures),
@@ -416,6 +426,16 @@ class WaitingRoom:
         ticking = figures.last_tick_ms is not None and now_ms - figures.last_tick_ms <= quiet_ms
         return "ADMITTING" if ticking else "WAITING"
 
+    def _entry_mode(self, figures: QueueFigures, now_ms: int) -> str:
+        """How a newcomer gets in now: PASSING_THROUGH (the safety net is on and nobody waits: admitted as they
+        enter, while the tick's budget lasts) or QUEUEING (in line, admitted by the pump)."""
+        own = figures.config
+        drawn = own.opens_at_ms is None or (
+            figures.draw.get("opens_at_ms") == str(own.opens_at_ms) and figures.draw.get("state") == "done"
+        )
+        passing = own.safety_net and drawn and self._state(figures, now_ms) == "IDLE"
+        return "PASSING_THROUGH" if passing else "QUEUEING"
+
     def _effective_rate(self, figures) -> float:
         """Admissions per second the pump is held to now: none paused or sold out, less than configured while the
         shop misses its originSlo."""
@@ -537,7 +557,8 @@ class WaitingRoom:
         if isinstance(place, Admitted):
             grant = EntryGrant.parse(place.grant)
             if grant is not None and grant.expires_at > now:
-                return QueueEntry("ADMITTED", entry_token=self.signer.seal_entry_token(target, user_id, grant))
+                token = self.signer.seal_entry_token(target, user_id, grant)
+                return QueueEntry("ADMITTED", entry_token=token, queued=place.queued)
             # Stored with the token's own TTL, so only a hold in another format (an older release's) gets here.
             raise NotInQueue("the entry token issued to this user is no longer valid; enter again")
         heartbeat_s = self.settings.heartbeat_timeout_s

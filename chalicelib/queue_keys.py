@@ -29,6 +29,7 @@ class QueueKeys:
         self.health = f"{self.base}:health"
         self.purchases = f"{self.base}:purchases"
         self.events = f"{self.base}:events"
+        self.budget = f"{self.base}:budget"
 
     def token(self, user_id: str) -> str:
         # After the target's hash tag: a brace in a user id cannot move the key to another slot.

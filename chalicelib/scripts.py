@@ -58,6 +58,7 @@ class Contract:
     args: tuple[str, ...] = ()
     rest: str | None = None
     reporting: bool = False  # reports state changes: lua/outbox.lua goes before it, and it takes OUTBOX_ARGS
+    admitting: bool = False  # admits users against the per-tick budget: lua/budget.lua goes before it
     reply: tuple[str, ...] | None = None
     replies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -73,12 +74,15 @@ class Contract:
 CONTRACTS: dict[str, Contract] = {
     "enter": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "token", "registered", "stats", "config", "prequeue", "draw",
-              "active"),
+              "active", "budget", "events"),
         args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "entry_key", "grant_expires_s",
               "grant_ttl_ms", "grant_expires_ms", "registration_refresh_ms", "default_batch", "default_tick_ms",
-              "open_on_first_use", "invited", *SWITCH_ARGS),
+              "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS),
+        reporting=True,
+        admitting=True,
         replies={
             "ADMITTED": ("held", "issued_now"),
+            "PASSED": ("held", "register"),
             "WAITING": ("seq", "ahead", "rate", "paused", "created", "register", "counters"),
             "PRE_QUEUE": ("arrival", "opens_at_ms", "created", "register"),
             "FULL": (), "CLOSED": (), "NOT_INVITED": (), "SOLD_OUT": (), "UNKNOWN_TARGET": (), "OFF": (),
@@ -138,10 +142,11 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "admit": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "tick", "stats", "waits", "admissions", "config", "prequeue",
-              "draw", "active", "health", "events", "ended"),
+              "draw", "active", "health", "events", "ended", "budget"),
         args=("default_tick_ms", "default_batch", "catchup_ticks", "idle_ttl_ms", *OUTBOX_ARGS, "seen_tick_ms",
               "seen_mark", "fence_margin_us", "fence_window_ms"),
         reporting=True,
+        admitting=True,
         reply=("applied_tick", "admitted", "mark", "waiting", "server_ms", "needs_draw", "tick_ms", "batch",
                "max_waiting", "max_active", "paused", "sold_out", "per_tick", "fenced_from", "fenced_to"),
     ),
@@ -253,10 +258,12 @@ def _binder(name: str, contract: Contract) -> Callable[..., tuple[tuple, tuple]]
 
 
 def load_script(client: RedisClient, name: str) -> Script:
-    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events), loaded on its first call and then called
-    by SHA, with its contract."""
+    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events, and `lua/budget.lua` if it admits), loaded on
+    its first call and then called by SHA, with its contract."""
     contract = CONTRACTS[name]
     text = (LUA_DIR / f"{name}.lua").read_text()
+    if contract.admitting:
+        text = (LUA_DIR / "budget.lua").read_text() + text
     if contract.reporting:
         text = (LUA_DIR / "outbox.lua").read_text() + text
     return Script(client, name, text, contract)

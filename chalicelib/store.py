@@ -135,9 +135,9 @@ class QueueStore:
         decision: Decision = QUEUED,
         invited: bool = False,
     ) -> Place:
-        """Put `user_id` in line, or in the pre-queue before opening (same place if already there); if this call
-        admits them, their entry token's grant is drawn by `terms` from the entry it admits. An invite-only target
-        takes only users `invited` to it."""
+        """Put `user_id` in line, or in the pre-queue before opening (same place if already there), or, with the
+        target's safety net on and nobody waiting, admit them at once; if this call admits them, their entry token's
+        grant is drawn by `terms` from the entry it admits. An invite-only target takes only users `invited` to it."""
         k = self.keys(target)
         keys, args = self._enter.order(
             waiting=k.waiting,
@@ -151,6 +151,8 @@ class QueueStore:
             prequeue=k.prequeue,
             draw=k.draw,
             active=k.active,
+            budget=k.budget,
+            events=k.events,
             user_id=user_id,
             now_ms=now_ms,
             default_max_waiting=defaults.max_waiting,
@@ -164,6 +166,7 @@ class QueueStore:
             default_tick_ms=defaults.tick_ms,
             open_on_first_use=int(defaults.open_on_first_use),
             invited=int(invited),
+            **self.outbox,
             flag_version=decision.flag_version,
             queued=int(decision.queued),
         )
@@ -356,6 +359,7 @@ class QueueStore:
             sold_out_released=counters.get("sold_out_released", 0),
             orders=counters.get("orders", 0),
             not_invited=counters.get("not_invited", 0),
+            passed_through=counters.get("passed_through", 0),
             allowed_batch=float(health["batch"]) if "batch" in health else None,
             purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
             last_tick_ms=int(reply.last_tick_ms) if reply.last_tick_ms else None,
@@ -664,6 +668,7 @@ class QueueStore:
                     health=k.health,
                     events=k.events,
                     ended=k.ended,
+                    budget=k.budget,
                     default_tick_ms=rules.tick_ms,
                     default_batch=rules.batch,
                     catchup_ticks=rules.catchup_ticks,

@@ -7,8 +7,9 @@ API spells fields in camelCase and times as ISO-8601 with a zone; Redis keeps th
 
 Besides the pace and the schedule, an operator steers a sale with `paused` (no admissions, everyone keeps
 their place), `soldOut` (nobody is admitted and everyone still waiting is told so; the shop can set it too),
-`inviteOnly` (only callers whose verified JWT invites them to the target may enter: identity.py) and
-`originSlo` (the pump lowers the rate while the shop misses the objective: see shop_health.py).
+`inviteOnly` (only callers whose verified JWT invites them to the target may enter: identity.py),
+`originSlo` (the pump lowers the rate while the shop misses the objective: see shop_health.py) and `safetyNet`
+(while nobody waits, enter admits at once within the rate: lua/budget.lua).
 
 A PUT body is the whole configuration; a PATCH body is a JSON Merge Patch (RFC 7396) of it, validated as the
 PUT body it makes. `Precondition` is what a write expects of the stored configuration's version (`If-Match`,
@@ -38,7 +39,7 @@ _LIMITS = {
 _TIMES = {"opensAt": "opens_at_ms", "closesAt": "closes_at_ms"}
 # API name -> (Redis field, longest) for the display texts the page shows.
 _TEXTS = {"displayName": ("display_name", 80), "imageUrl": ("image_url", 500)}
-_FLAGS = {"paused": "paused", "soldOut": "sold_out", "inviteOnly": "invite_only"}
+_FLAGS = {"paused": "paused", "soldOut": "sold_out", "inviteOnly": "invite_only", "safetyNet": "safety_net"}
 # originSlo's fields: API name -> (Redis field, type, lowest, highest).
 _SLO = {"p95Ms": ("slo_p95_ms", int, 1, 60_000), "errorRate": ("slo_error_rate", float, 0.0, 1.0)}
 # Every field a body may name.
@@ -65,6 +66,7 @@ class TargetConfig:
     paused: bool = False
     sold_out: bool = False
     invite_only: bool = False  # enter needs a verified invite naming the target (docs/identity.md)
+    safety_net: bool = False  # while nobody waits, enter admits at once within the rate (docs/safety-net.md)
     slo_p95_ms: int | None = None  # originSlo
     slo_error_rate: float | None = None
 

@@ -16,7 +16,7 @@
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users
 --                     waiting
 -- KEYS[9] config      hash: the target's own batch, tick_ms, max_active, opens_at_ms, max_waiting, paused, sold_out,
---                     slo_p95_ms, slo_error_rate (else the defaults below)
+--                     slo_p95_ms, slo_error_rate, safety_net (else the defaults below)
 -- KEYS[10] prequeue   zset: user id -> arrival seq, before opening
 -- KEYS[11] draw       hash: opens_at_ms and state ('drawing' | 'done') of the opening's pre-queue draw
 -- KEYS[12] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
@@ -25,6 +25,8 @@
 -- KEYS[14] events     the target's outbox stream (outbox.lua): UserAdmitted for each user admitted
 -- KEYS[15] ended      zset: user id -> seq of their last entry that ended on purpose (its records the mark passed
 --                     are dropped: status.lua restores no such seq)
+-- KEYS[16] budget     hash: the admissions counted against each tick (budget.lua): the safety net's since the last
+--                     applied tick come out of this tick's
 -- ARGV[1] default_tick_ms  default tick length (ms)
 -- ARGV[2] default_batch    default batch (users per tick)
 -- ARGV[3] catchup_ticks    catch-up cap (ticks)
@@ -41,14 +43,14 @@
 --   (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held), and the
 --   range of seqs a failover fenced by this call may have lost (0, 0: no fence)
 local waiting, heartbeat, seq, mark, tick, stats, waits, admissions, config, prequeue, draw, active, health,
-  events, ended = unpack(KEYS)
+  events, ended, budget = unpack(KEYS)
 local default_tick_ms, default_batch, catchup_ticks, idle_ttl_ms, outbox_cap, outbox_ttl_ms, seen_tick_ms, seen_mark,
   fence_margin_us, fence_window_ms = unpack(ARGV)
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'max_active', 'opens_at_ms', 'max_waiting',
-  'paused', 'sold_out', 'slo_p95_ms', 'slo_error_rate')
+  'paused', 'sold_out', 'slo_p95_ms', 'slo_error_rate', 'safety_net')
 local tick_ms = tonumber(config_values[2] or default_tick_ms)
 local batch = tonumber(config_values[1] or default_batch)
 local held = config_values[6] == '1' or config_values[7] == '1'
@@ -128,6 +130,10 @@ local owed = per_tick * covered
 if per_tick < batch then
   owed = owed + tonumber(redis.call('HGET', health, 'carry') or '0')
 end
+-- What the safety net admitted since the last applied tick came out of these ticks' budget.
+local net = tick_budget(budget, idle_ttl_ms)
+local passed = net.spent(tick_number * tick_ms, covered)
+owed = math.max(0, owed - passed)
 local admitted = math.min(math.floor(owed), waiting_count)
 if held then
   admitted = 0
@@ -148,7 +154,7 @@ if admitted > 0 then
   local newly = redis.call('ZRANGE', waiting, collecting, collecting + admitted - 1, 'WITHSCORES')
   mark_text = newly[#newly]
   for i = 1, #newly, 2 do
-    emit('UserAdmitted', 'user', newly[i], 'seq', newly[i + 1])
+    emit('UserAdmitted', 'user', newly[i], 'seq', newly[i + 1], 'queued', '1')
   end
   redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
   redis.call('HINCRBY', stats, 'admitted', admitted)
@@ -162,6 +168,12 @@ if admitted > 0 then
   redis.call('ZREMRANGEBYSCORE', ended, '-inf', string.format('%d', floor))
 end
 redis.call('SET', tick, tick_number * tick_ms, 'PX', idle_ttl_ms)
+if config_values[10] == '1' then
+  net.settle(tick_number * tick_ms, admitted, per_tick, batch)
+elseif passed > 0 then
+  -- The net was switched off: this tick took what it had admitted, nothing is left to count.
+  redis.call('DEL', budget)
+end
 
 -- The measured rate counts only ticks that left users waiting: a tick short of users measures demand,
 -- not how fast the line moves. Running sums in `stats` keep this O(1) per tick.

@@ -1,6 +1,8 @@
 -- enter.lua: put a user in line, idempotently, or hand back what they already hold.
 -- Before the target opens (config opens_at_ms), newcomers wait in the pre-queue, to be placed in a
 -- fair random order at opening; once the pump began that draw, newcomers queue behind in arrival order.
+-- With the safety net on (config safety_net), a newcomer nobody waits ahead of is admitted at once while the
+-- tick's budget lasts (lua/budget.lua): one round trip, no poll.
 -- KEYS[1] waiting     zset: user id -> seq (users in line, admitted ones until they collect their token)
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] seq         the last sequence number handed out (pre-queue arrivals take theirs from it too)
@@ -11,10 +13,13 @@
 --                     `not_invited` counts enters an invite-only target refused; left, evicted, waiting_user_ms
 --                     (departures and the time they are a rate of)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
---                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only
+--                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only, safety_net,
+--                     max_active
 -- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
 -- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
+-- KEYS[12] budget     hash: the admissions counted against the current tick (budget.lua), for the safety net
+-- KEYS[13] events     the target's outbox stream (outbox.lua): UserAdmitted for a user the safety net admits
 -- ARGV[1] user_id                  user id
 -- ARGV[2] now_ms                   now (ms)
 -- ARGV[3] default_max_waiting      default max waiting
@@ -31,10 +36,13 @@
 -- ARGV[12] open_on_first_use       '1': a first enter opens a target no operator configured
 --                                  (VQ_TARGETS_OPEN_ON_FIRST_USE), else '0'
 -- ARGV[13] invited                 '1': the caller's verified invites name this target, else '0'
--- ARGV[14] flag_version            the flag version the caller decided by ('*': whatever the target carries)
--- ARGV[15] queued                  its decision (1 queue, 0 not)
+-- ARGV[14] outbox_cap              outbox cap (events)
+-- ARGV[15] outbox_ttl_ms           outbox TTL (ms)
+-- ARGV[16] flag_version            the flag version the caller decided by ('*': whatever the target carries)
+-- ARGV[17] queued                  its decision (1 queue, 0 not)
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
+--   {'PASSED', held, register}  the safety net admitted the newcomer at once; target needs registering (0|1)
 --   {'WAITING', seq, ahead, rate, paused, created, register, counters}  seq, users ahead, admissions per second,
 --     paused (0|1), created (0|1), target needs registering (0|1), and the counters the ETA's range comes from
 --     (chalicelib/eta.py): left, evicted, waiting_user_ms
@@ -47,13 +55,14 @@
 --   {'UNKNOWN_TARGET'} (nothing was written)
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version (nothing was written)
-local waiting, heartbeat, seq, mark, token, registered, stats, config, prequeue, draw, active = unpack(KEYS)
+local waiting, heartbeat, seq, mark, token, registered, stats, config, prequeue, draw, active, budget,
+  events = unpack(KEYS)
 local user_id, now_ms, default_max_waiting, idle_ttl_ms, entry_key, grant_expires_s, grant_ttl_ms, grant_expires_ms,
-  registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, invited, flag_version,
-  queued = unpack(ARGV)
+  registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, invited, outbox_cap, outbox_ttl_ms,
+  flag_version, queued = unpack(ARGV)
 local now = tonumber(now_ms)
 local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
-  'known_since_ms', 'sold_out', 'paused', 'flag_version', 'invite_only')
+  'known_since_ms', 'sold_out', 'paused', 'flag_version', 'invite_only', 'safety_net')
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
 if config_values[9] and flag_version ~= '*' and config_values[9] ~= flag_version then
@@ -105,6 +114,21 @@ if seq_number and seq_number <= mark_number then
   return {'ADMITTED', held, 1}
 end
 
+-- Not sliding: should the registration itself be lost, an enter within registration_refresh_ms registers again.
+-- 1 if this call registered the target (the caller then adds it to the pump's registry), else 0.
+local function register_target()
+  if not redis.call('SET', registered, '1', 'NX', 'PX', registration_refresh_ms) then
+    return 0
+  end
+  -- Sliding TTL, refreshed by the pump every tick and here at each registration (so at least once a
+  -- minute while people arrive, and on the very first entry): a queue nobody enters and no pump visits
+  -- cleans itself up. Not on every entry: five PEXPIREs would be a third of a newcomer's cost.
+  for _, key in ipairs({waiting, heartbeat, seq, mark, prequeue}) do
+    redis.call('PEXPIRE', key, idle_ttl_ms)
+  end
+  return 1
+end
+
 local arrival = tonumber(redis.call('ZSCORE', prequeue, user_id))
 local created = 0
 local ahead
@@ -115,6 +139,36 @@ if not seq_number and not arrival then
   end
   -- Only users not yet admitted take up capacity; a newcomer has every one of those in line ahead.
   ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '+inf')
+  -- The safety net: with nobody waiting ahead, not paused and the opening's draw (if any) done, the newcomer is
+  -- admitted now if maxActive has room and the tick's budget, which the pump shares, lasts.
+  if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and redis.call('ZCARD', prequeue) == 0 then
+    local opens_at = config_values[4]
+    local opened = not opens_at
+      or (now >= tonumber(opens_at) and table.concat(redis.call('HMGET', draw, 'opens_at_ms', 'state'), ' ')
+        == opens_at .. ' done')
+    local time = redis.call('TIME')
+    local server_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local max_active = tonumber(redis.call('HGET', config, 'max_active'))
+    if max_active then
+      redis.call('ZREMRANGEBYSCORE', active, '-inf', server_ms)
+    end
+    if opened and (not max_active
+        or redis.call('ZCOUNT', waiting, '-inf', mark_text) + redis.call('ZCARD', active) < max_active)
+      and tick_budget(budget, idle_ttl_ms).take(server_ms, tonumber(config_values[2] or default_tick_ms),
+        tonumber(config_values[1] or default_batch)) then
+      -- An entry number like any newcomer's, and the mark past it: seq <= mark still means admitted.
+      local number = redis.call('INCR', seq)
+      held = number .. ' ' .. grant_expires_s .. '.' .. string.sub(redis.sha1hex(entry_key .. '|' .. number), 1, 22)
+      redis.call('SET', token, held, 'PX', grant_ttl_ms)
+      redis.call('SET', mark, number, 'PX', idle_ttl_ms)
+      redis.call('ZADD', active, grant_expires_ms, user_id)
+      redis.call('PEXPIRE', active, idle_ttl_ms, 'NX')
+      redis.call('HINCRBY', stats, 'passed_through', 1)
+      redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
+      outbox(events, stats, outbox_cap, outbox_ttl_ms)('UserAdmitted', 'user', user_id, 'seq', number, 'queued', '0')
+      return {'PASSED', held, register_target()}
+    end
+  end
   if ahead + redis.call('ZCARD', prequeue) >= tonumber(config_values[3] or default_max_waiting) then
     return {'FULL'}
   end
@@ -148,17 +202,7 @@ if seq_number then
   redis.call('ZADD', heartbeat, now_ms, user_id)
 end
 
--- Not sliding: should the registration itself be lost, an enter within registration_refresh_ms registers again.
-local register = 0
-if redis.call('SET', registered, '1', 'NX', 'PX', registration_refresh_ms) then
-  register = 1
-  -- Sliding TTL, refreshed by the pump every tick and here at each registration (so at least once a
-  -- minute while people arrive, and on the very first entry): a queue nobody enters and no pump visits
-  -- cleans itself up. Not on every entry: five PEXPIREs would be a third of a newcomer's cost.
-  for _, key in ipairs({waiting, heartbeat, seq, mark, prequeue}) do
-    redis.call('PEXPIRE', key, idle_ttl_ms)
-  end
-end
+local register = register_target()
 if not seq_number then
   return {'PRE_QUEUE', arrival, config_values[4], created, register}
 end

@@ -282,14 +282,19 @@ def test_without_a_publisher_the_scripts_write_no_events(env, client):
 
 
 def test_an_outbox_entry_reads_as_its_event():
-    event = read_event(DROP, "1796074236280-3", {"type": "UserAdmitted", "user": "123456789012345678", "seq": "17"})
+    fields = {"type": "UserAdmitted", "user": "123456789012345678", "seq": "17", "queued": "0"}
+    event = read_event(DROP, "1796074236280-3", dict(fields))
     assert event.detail == {
         "eventId": "limited-drop:42/1796074236280-3",
         "target": {"type": "limited-drop", "id": "42"},
         "serverTime": "2026-11-30T21:30:36.280Z",
         "userId": "123456789012345678",
         "seq": 17,
+        "queued": False,
     }
+    # One an earlier release wrote, before the safety net: every admission was the pump's.
+    del fields["queued"]
+    assert read_event(DROP, "1796074236280-3", fields).detail["queued"] is True
     entry = event.put_events_entry("default")
     assert (entry["Source"], entry["DetailType"], entry["EventBusName"]) == ("virtual-queue", "UserAdmitted", "default")
 

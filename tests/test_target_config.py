@@ -50,6 +50,7 @@ def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
         "paused": False,
         "soldOut": False,
         "inviteOnly": False,
+        "safetyNet": False,
     }
     # PUT replaces: fields left out fall back to the global defaults.
     put(api, {"maxActive": 3})
@@ -61,6 +62,7 @@ def test_put_then_get_gives_the_own_and_the_effective_configuration(api):
         "paused": False,
         "soldOut": False,
         "inviteOnly": False,
+        "safetyNet": False,
     }
 
 
@@ -192,6 +194,7 @@ def test_stats_report_the_configuration_beside_the_live_figures(room):
         "paused": False,
         "soldOut": False,
         "inviteOnly": False,
+        "safetyNet": False,
     }
     assert stats["waitingCount"] == 1 and stats["activeCount"] == 0 and stats["preQueuedCount"] == 0
 
