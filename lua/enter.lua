@@ -114,24 +114,10 @@ if seq_number and seq_number <= mark_number then
   return {'ADMITTED', held, 1}
 end
 
--- Not sliding: should the registration itself be lost, an enter within registration_refresh_ms registers again.
--- 1 if this call registered the target (the caller then adds it to the pump's registry), else 0.
-local function register_target()
-  if not redis.call('SET', registered, '1', 'NX', 'PX', registration_refresh_ms) then
-    return 0
-  end
-  -- Sliding TTL, refreshed by the pump every tick and here at each registration (so at least once a
-  -- minute while people arrive, and on the very first entry): a queue nobody enters and no pump visits
-  -- cleans itself up. Not on every entry: five PEXPIREs would be a third of a newcomer's cost.
-  for _, key in ipairs({waiting, heartbeat, seq, mark, prequeue}) do
-    redis.call('PEXPIRE', key, idle_ttl_ms)
-  end
-  return 1
-end
-
 local arrival = tonumber(redis.call('ZSCORE', prequeue, user_id))
 local created = 0
 local ahead
+local passes -- the safety net admits the newcomer now
 if not seq_number and not arrival then
   local closes_at = tonumber(config_values[5])
   if closes_at and now >= closes_at then
@@ -139,36 +125,6 @@ if not seq_number and not arrival then
   end
   -- Only users not yet admitted take up capacity; a newcomer has every one of those in line ahead.
   ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '+inf')
-  -- The safety net: with nobody waiting ahead, not paused and the opening's draw (if any) done, the newcomer is
-  -- admitted now if maxActive has room and the tick's budget, which the pump shares, lasts.
-  if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and redis.call('ZCARD', prequeue) == 0 then
-    local opens_at = config_values[4]
-    local opened = not opens_at
-      or (now >= tonumber(opens_at) and table.concat(redis.call('HMGET', draw, 'opens_at_ms', 'state'), ' ')
-        == opens_at .. ' done')
-    local time = redis.call('TIME')
-    local server_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-    local max_active = tonumber(redis.call('HGET', config, 'max_active'))
-    if max_active then
-      redis.call('ZREMRANGEBYSCORE', active, '-inf', server_ms)
-    end
-    if opened and (not max_active
-        or redis.call('ZCOUNT', waiting, '-inf', mark_text) + redis.call('ZCARD', active) < max_active)
-      and tick_budget(budget, idle_ttl_ms).take(server_ms, tonumber(config_values[2] or default_tick_ms),
-        tonumber(config_values[1] or default_batch)) then
-      -- An entry number like any newcomer's, and the mark past it: seq <= mark still means admitted.
-      local number = redis.call('INCR', seq)
-      held = number .. ' ' .. grant_expires_s .. '.' .. string.sub(redis.sha1hex(entry_key .. '|' .. number), 1, 22)
-      redis.call('SET', token, held, 'PX', grant_ttl_ms)
-      redis.call('SET', mark, number, 'PX', idle_ttl_ms)
-      redis.call('ZADD', active, grant_expires_ms, user_id)
-      redis.call('PEXPIRE', active, idle_ttl_ms, 'NX')
-      redis.call('HINCRBY', stats, 'passed_through', 1)
-      redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
-      outbox(events, stats, outbox_cap, outbox_ttl_ms)('UserAdmitted', 'user', user_id, 'seq', number, 'queued', '0')
-      return {'PASSED', held, register_target()}
-    end
-  end
   if ahead + redis.call('ZCARD', prequeue) >= tonumber(config_values[3] or default_max_waiting) then
     return {'FULL'}
   end
@@ -188,10 +144,35 @@ if not seq_number and not arrival then
     mark_text = string.format('%d', number - 1)
     redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
   end
+  -- The safety net: with nobody waiting ahead, not paused and the opening's draw (if any) done, the newcomer is
+  -- admitted now if maxActive has room and the tick's budget, which the pump shares, lasts.
+  if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and redis.call('ZCARD', prequeue) == 0 then
+    local server_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local max_active = tonumber(redis.call('HGET', config, 'max_active'))
+    if max_active then
+      redis.call('ZREMRANGEBYSCORE', active, '-inf', server_ms)
+    end
+    passes = (not config_values[4]
+        or redis.call('HGET', draw, 'opens_at_ms') == config_values[4] and redis.call('HGET', draw, 'state') == 'done')
+      and (not max_active
+        or redis.call('ZCOUNT', waiting, '-inf', mark_text) + redis.call('ZCARD', active) < max_active)
+      and tick_budget(budget, idle_ttl_ms).take(server_ms, tonumber(config_values[2] or default_tick_ms),
+        tonumber(config_values[1] or default_batch))
+  end
   local opens_at = tonumber(config_values[4])
   if opens_at and now < opens_at and redis.call('HGET', draw, 'opens_at_ms') ~= config_values[4] then
     arrival = number
     redis.call('ZADD', prequeue, seq_text, user_id)
+  elseif passes then
+    -- An entry number like any newcomer's, and the mark past it: seq <= mark still means admitted.
+    held = seq_text .. ' ' .. grant_expires_s .. '.' .. string.sub(redis.sha1hex(entry_key .. '|' .. seq_text), 1, 22)
+    redis.call('SET', token, held, 'PX', grant_ttl_ms)
+    redis.call('SET', mark, seq_text, 'PX', idle_ttl_ms)
+    redis.call('ZADD', active, grant_expires_ms, user_id)
+    redis.call('PEXPIRE', active, idle_ttl_ms, 'NX')
+    redis.call('HINCRBY', stats, 'passed_through', 1)
+    redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
+    outbox(events, stats, outbox_cap, outbox_ttl_ms)('UserAdmitted', 'user', user_id, 'seq', seq_text, 'queued', '0')
   else
     seq_number = number
     redis.call('ZADD', waiting, seq_text, user_id)
@@ -202,7 +183,20 @@ if seq_number then
   redis.call('ZADD', heartbeat, now_ms, user_id)
 end
 
-local register = register_target()
+-- Not sliding: should the registration itself be lost, an enter within registration_refresh_ms registers again.
+local register = 0
+if redis.call('SET', registered, '1', 'NX', 'PX', registration_refresh_ms) then
+  register = 1
+  -- Sliding TTL, refreshed by the pump every tick and here at each registration (so at least once a
+  -- minute while people arrive, and on the very first entry): a queue nobody enters and no pump visits
+  -- cleans itself up. Not on every entry: five PEXPIREs would be a third of a newcomer's cost.
+  for _, key in ipairs({waiting, heartbeat, seq, mark, prequeue}) do
+    redis.call('PEXPIRE', key, idle_ttl_ms)
+  end
+end
+if passes then
+  return {'PASSED', held, register}
+end
 if not seq_number then
   return {'PRE_QUEUE', arrival, config_values[4], created, register}
 end
