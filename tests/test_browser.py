@@ -265,6 +265,22 @@ def test_queue_off_goes_straight_to_buy(shopper, stack):
     shopper.expect_view("bought")
 
 
+def test_the_safety_net_skips_the_waiting_view_and_goes_straight_to_buy(shopper, stack, target_id):
+    stack.configure(target_id, safetyNet=True)
+    # Every view the page shows, from its first one.
+    shopper.page.add_init_script(
+        "window.views = []; new MutationObserver(() => window.views.push(document.body.dataset.view))"
+        ".observe(document, {subtree: true, attributeFilter: ['data-view']});"
+    )
+    open_page(shopper, stack, target_id, 9)
+    shopper.expect_view("admitted")
+    expect(shopper.page.locator("#turn")).to_have_text(shopper.t["direct_h"])
+    views = shopper.page.evaluate("window.views")
+    assert views[-1] == "admitted" and "waiting" not in views, views
+    shopper.page.locator("#buy").click()
+    shopper.expect_view("bought")
+
+
 def test_status_the_page_does_not_know_gets_a_neutral_view_and_polling_goes_on(shopper, stack, target_id):
     page = shopper.page
     wait_second_in_line(shopper, stack, target_id)

@@ -131,6 +131,19 @@ def test_console_marks_the_sale_sold_out_and_the_shopper_hears_it(shopper, stack
     assert status == 200
 
 
+def test_console_shows_a_safety_net_passing_through_then_queueing(shopper, stack, target_id):
+    stack.configure(target_id, batch=1, tickMs=60_000, safetyNet=True)
+    card = open_console(shopper, stack, target_id)
+    net = card.locator(".badge.net")
+    expect(net).to_have_text("safety net: passing through")
+    # One a minute: the first passes through, the second waits, and the room is queueing until the line drains.
+    assert stack.enter(target_id, 1)["queued"] is False
+    assert stack.enter(target_id, 2)["status"] == "WAITING"
+    expect(net).to_have_text("safety net: queueing")
+    expect(card.locator(".figures")).to_contain_text(re.compile(r"passed through\s*1"))
+    shopper.shot("console-safety-net")
+
+
 def test_console_sorts_busy_lines_first_then_by_number_filters_and_works_from_the_keyboard(shopper, stack):
     page = shopper.page
     ids = (9, 10, 124_740)

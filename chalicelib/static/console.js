@@ -15,6 +15,8 @@
     ADMITTING: "admitting", WAITING: "waiting: the pump has not ticked lately", IDLE: "idle", PAUSED: "paused",
     SOLD_OUT: "sold out", CLOSED: "closed to newcomers", SCHEDULED: "scheduled",
   };
+  // With the safety net on: how a newcomer gets in now (stats' entryMode).
+  const ENTRY_MODES = { PASSING_THROUGH: "passing through", QUEUEING: "queueing" };
   const cards = new Map();  // "type/id" -> the target's card and its samples
   const number = new Intl.NumberFormat("en", { maximumFractionDigits: 1 });
   const clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
@@ -159,7 +161,7 @@
     card.samples.push({
       at, stats,
       waiting: stats.waitingCount, preQueued: stats.preQueuedCount,
-      admitted: perSecond((s) => s.admittedCount),
+      admitted: perSecond((s) => s.admittedCount + s.passedThroughCount),
       orders: perSecond((s) => s.ordersCount),
       configured: stats.configuredRatePerSec,
       effective: stats.effectiveRatePerSec,
@@ -200,7 +202,8 @@
     for (const card of cards.values()) {
       const c = card.stats ? card.stats.config : {};
       const text = [card.name, card.name.replace("/", " "), c.displayName || "",
-        card.stats ? STATES[card.stats.state] || card.stats.state : ""].join(" ").toLowerCase();
+        card.stats ? STATES[card.stats.state] || card.stats.state : "",
+        card.stats && c.safetyNet ? ENTRY_MODES[card.stats.entryMode] || "" : ""].join(" ").toLowerCase();
       card.node.hidden = !words.every((word) => text.includes(word));
       if (!card.node.hidden) shown += 1;
     }
@@ -233,9 +236,11 @@
     const opens = stats.state === "SCHEDULED" && c.opensAt ? ` · opens ${new Date(c.opensAt).toLocaleString()}` : "";
     badge((STATES[stats.state] || stats.state) + opens, `state state-${stats.state}`);
     node.dataset.state = stats.state;
+    if (c.safetyNet) badge(`safety net: ${ENTRY_MODES[stats.entryMode] || stats.entryMode}`, `net net-${stats.entryMode}`);
     const figures = [
       ["waiting", number.format(stats.waitingCount)], ["pre-queue", number.format(stats.preQueuedCount)],
-      ["admitted", number.format(stats.admittedCount)], ["not done (active)", number.format(stats.activeCount)],
+      ["admitted", number.format(stats.admittedCount)], ["passed through", number.format(stats.passedThroughCount)],
+      ["not done (active)", number.format(stats.activeCount)],
       ["configured", rate(stats.configuredRatePerSec)], ["effective", rate(stats.effectiveRatePerSec)],
       ["measured (last min)", rate(stats.admissionRatePerSec)],
       ["wait avg", stats.waitsMeasured ? `${number.format(stats.avgWaitSeconds)} s` : "–"],

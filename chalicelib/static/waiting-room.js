@@ -332,7 +332,8 @@
   function showAdmitted(entry) {
     entryToken = entry.entryToken;
     tokenExpiresAt = Date.parse(entry.tokenExpiresAt) || null;
-    $("turn").textContent = entry.status === "DIRECT_ADMITTED" ? t.direct_h : t.admitted_h;
+    // Let in past no line: the queue is off for this user, or the target's safety net admitted them as they entered.
+    $("turn").textContent = entry.status === "DIRECT_ADMITTED" || entry.queued === false ? t.direct_h : t.admitted_h;
     $("buy").disabled = false;
     $("buy").textContent = t.buy;
     $("buy-message").textContent = "";
