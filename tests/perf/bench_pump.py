@@ -4,6 +4,9 @@ Run: .venv/bin/python tests/perf/bench_pump.py   (a Valkey of its own, or BENCH_
 Measures, in one run:
   - admissions per elapsed tick with 8 pumps at once (each its own client, lock attempts and Pump):
     as deployed; with pumps freezing past the lock's lease; and with no lock at all (tick idempotence alone);
+  - the same 8 pumps beside 4 threads entering a target with the safety net, around its rate (passing through,
+    then queueing, and back): admissions, the net's and the pump's, per elapsed tick, the most over any prefix of
+    ticks against batch x those ticks, and admissions out of seq order;
   - with 30 % of the waiting users leaving before their turn, the share of admissions that went to users
     still waiting: this design (the mark moves over users still waiting) against a naive mark that moves
     over raw sequence numbers (`mark += batch`, implemented here only);
@@ -15,6 +18,7 @@ Prints a table and writes build/bench_pump.json. Targets: batch admissions per t
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import json
@@ -45,11 +49,14 @@ from chalicelib import observability  # noqa: E402
 from chalicelib import store as store_module  # noqa: E402
 from chalicelib.answers import TargetTick  # noqa: E402
 from chalicelib.config import load_settings  # noqa: E402
+from chalicelib.flags import QUEUED  # noqa: E402
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
+from chalicelib.queue import WaitingRoom  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import Defaults, QueueStore  # noqa: E402
+from chalicelib.target_config import TargetConfig  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
-from chalicelib.tokens import EntryGrant  # noqa: E402
+from chalicelib.tokens import EntryGrant, TokenSigner  # noqa: E402
 
 TARGET = Target("limited-drop", 1)
 NAIVE = Target("limited-drop", 2)
@@ -169,6 +176,80 @@ def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
         "admissions_per_tick": mark / elapsed,
         "ratio_to_batch": mark / elapsed / settings.batch_size,
     }
+
+
+def net_and_pumps(url: str, seconds: float = 6.0) -> dict:
+    """8 pumps and 4 entering threads over one target with the safety net, demand swinging around the rate: a
+    second and a half at about a tenth of it, half a second at about twice it. Admissions are read back from the
+    target's UserAdmitted events (Redis time, seq, queued)."""
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(
+        prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=10, VQ_PUMP_LEASE_TICKS=2, VQ_CATCHUP_TICKS=20, VQ_MAX_WAITING=1_000_000
+    )
+    outbox = 10_000_000
+
+    def room() -> WaitingRoom:
+        store = QueueStore(connect(url), prefix, outbox_cap=outbox)
+        return WaitingRoom(store, TokenSigner(settings.keyring), settings, _QueueOn())
+
+    room().configure(TARGET, TargetConfig(safety_net=True))
+    started = time.monotonic()
+    deadline = started + seconds
+    users = iter(range(1, 10_000_000))
+    lock = threading.Lock()
+
+    def pump() -> None:
+        store = QueueStore(connect(url), prefix, outbox_cap=outbox)
+        Pump(store, settings).run(remaining_ms=lambda: (deadline - time.monotonic()) * 1000 + STOP_BEFORE_DEADLINE_MS)
+
+    def crowd() -> None:
+        own, rng = room(), random.Random()
+        while time.monotonic() < deadline:
+            with lock:
+                user = next(users)
+            own.enter(TARGET, str(user))
+            surge = int((time.monotonic() - started) * 2) % 4 == 1
+            time.sleep(0.02 if surge else rng.uniform(0.3, 0.5))
+
+    threads = [threading.Thread(target=pump) for _ in range(PUMPS)] + [threading.Thread(target=crowd) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    client = connect(url)
+    made = [
+        (int(entry_id.split("-")[0]) // settings.tick_ms, int(fields["seq"]), fields["queued"] == "1")
+        for entry_id, fields in client.xrange(QueueStore(client, prefix).keys(TARGET).events)
+        if fields["type"] == "UserAdmitted"
+    ]
+    clean(client, prefix)
+    first, last = made[0][0], made[-1][0]
+    so_far, worst = 0, 0.0
+    per_tick = collections.Counter(tick for tick, _, _ in made)
+    for tick in range(first, last + 1):
+        so_far += per_tick[tick]
+        worst = max(worst, so_far / (settings.batch_size * (tick - first + 1)))
+    seqs = [seq for _, seq, _ in made]
+    return {
+        "batch": settings.batch_size,
+        "ticks_elapsed": last - first + 1,
+        "admitted_by_the_pump": sum(queued for _, _, queued in made),
+        "passed_through": sum(not queued for _, _, queued in made),
+        "admissions_per_tick": len(made) / (last - first + 1),
+        "most_over_a_prefix_x_batch": round(worst, 3),
+        "most_in_a_tick": max(per_tick.values()),
+        "out_of_seq_order": sum(b < a for a, b in zip(seqs, seqs[1:], strict=False)),
+    }
+
+
+class _QueueOn:
+    """The queue's switch, on for everyone: the bench measures the queue, not the flag."""
+
+    def decide(self, target, user_id=None):
+        return QUEUED
+
+    def adopt(self, version, configuration):
+        pass
 
 
 def abandonment(url: str, users: int = 20_000, ticks: int = 20) -> dict:
@@ -371,6 +452,7 @@ def main() -> None:
         version = benchlib.server_version(connect(url))
         with contextlib.redirect_stdout(io.StringIO()):  # the pump's EMF lines
             concurrency = [concurrent_pumps(url, mode) for mode in ("as deployed", "freezes", "no lock")]
+            net = net_and_pumps(url)
             abandon = abandonment(url)
             timing = redis_time(url)
             timing_small = redis_time(url, users=1_000)
@@ -387,6 +469,12 @@ def main() -> None:
             f"{row['ticks_applied_twice']:>7}{row['duplicate_calls_refused']:>9}{row['pumps_that_applied_ticks']:>7}"
             f"{row['admitted']:>10}{row['admissions_per_tick']:>10.2f}{row['ratio_to_batch']:>9.3f}"
         )
+    print(
+        f"\n8 pumps and 4 entering threads, safety net on ({net['batch']} a tick): {net['ticks_elapsed']} ticks, "
+        f"{net['admitted_by_the_pump']} admitted by the pump, {net['passed_through']} passed through, "
+        f"{net['admissions_per_tick']:.2f} a tick, at most {net['most_in_a_tick']} in a tick and "
+        f"{net['most_over_a_prefix_x_batch']} x batch over a prefix of ticks, {net['out_of_seq_order']} out of order"
+    )
     print(
         f"\n30 % abandonment ({abandon['users']} users, {abandon['left_before_their_turn']} left before "
         f"their turn, {abandon['ticks']} ticks of {abandon['batch']})"
@@ -418,6 +506,7 @@ def main() -> None:
             "server": version,
             "python": platform.python_version(),
             "concurrent_pumps": concurrency,
+            "safety_net_with_pumps": net,
             "abandonment": abandon,
             "redis_time": [timing, timing_small],
             "tick_100_targets": tick,
