@@ -129,3 +129,30 @@ def test_the_crowds_purchase_answers_never_hold_its_loop_past_the_next_timer():
         subprocess.run([sys.executable, "-c", waits], cwd=ROOT, check=True, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("a wait for a purchase's answers outlived its timeout")
+
+
+@pytest.mark.slow
+def test_a_surge_passes_the_quiet_minutes_through_and_queues_the_surge_at_the_rate(env, prefix, tmp_path):
+    """`scenarios.py surge`'s safety-net run, shortened: 5 arrivals a second, a surge of 100 a second against 20
+    admitted a second, 5 a second again."""
+    command = [
+        sys.executable,
+        str(ROOT / "infra" / "sim" / "simulate.py"),
+        *("--arrivals", "5:8,100:4,5:8", "--batch", "10", "--tick-ms", "500", "--abandon", "0"),
+        *("--stock", "1000000", "--safety-net", "--out", str(tmp_path), "--key-prefix", prefix, "--no-progress"),
+    ]
+    run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
+    assert (tmp_path / "report.json").exists(), run.stdout + run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    entry = report["entry"]
+    assert report["users"]["total"] == 40 + 400 + 40 == entry["admitted"]
+    # The first quiet seconds pass through in one call each; the surge queues, and the line drains at the rate.
+    assert 30 <= entry["passed_through"] < entry["admitted"] - 200
+    assert entry["enter_to_token_s_passed_through"]["p95"] < entry["enter_to_token_s_queued"]["p50"]
+    assert entry["longest_line"] > 100 and entry["seconds_with_a_line"] > 0
+    assert (
+        entry["peak_admissions_per_tick"] <= 10 and entry["peak_admissions_per_window"] <= entry["allowed_per_window"]
+    )
+    assert report["shop"]["max_per_window"] <= report["shop"]["allowed_per_window"]
+    assert entry["cost_per_admitted_user_usd"] > 0
+    assert report["ok"] and run.returncode == 0, run.stdout

@@ -19,7 +19,7 @@ from chalicelib.answers import TargetTick
 from chalicelib.gate import purchase_path
 from chalicelib.pump import TickReport
 from chalicelib.targets import Target
-from infra.sim import sale_figures
+from infra.sim import entry_figures, sale_figures
 from infra.sim.sale_cost import Deployment, SaleLoad, sale_cost
 
 TARGET = Target("limited-drop", 1)
@@ -67,9 +67,16 @@ def analyse(options, sale) -> dict:
     keepers = [u for u in users if u.gives_up_s is None]
     load = _load(users, api, ticks, started, seconds, len(seen), sale_figures.sold_out_at(shop))
     latency = _latency(api)
-    notice = _notice(seen, ticks)
+    # Those the safety net admitted as they entered heard of it in the enter call itself: no pump tick to notice.
+    notice = _notice([u for u in seen if not u.passed], ticks)
     eta_accuracy = _eta_accuracy(seen, len(users), getattr(sale, "stats", None))
-    admissions = _admissions(ticks, settings.batch_size)
+    made = entry_figures.admissions(options.out / "events.jsonl")
+    net = entry_figures.net_per_tick(made, settings.tick_ms)
+    admissions = _admissions(ticks, settings.batch_size, net)
+    costs = _costs(load, latency, duration)
+    entry = entry_figures.entry(
+        users, made, settings.tick_ms, settings.batch_size, load["series"]["waiting"], costs["paced"]["total"]
+    )
     shop_figures = _shop(shop, ticks, settings, started, seconds)
     oversells = _oversells(shop, users, options.stock)
     answered = sum(len(values) for values in api.latencies.values())
@@ -77,6 +84,8 @@ def analyse(options, sale) -> dict:
         "admissions per tick never above the batch": admissions["ticks_over_batch"] == 0,
         "a full batch every tick while users waited": admissions["busy_ticks_short_of_their_rate"] == 0,
         "shop never above the target rate": shop_figures["max_per_window"] <= shop_figures["allowed_per_window"],
+        f"admissions never above the batch x {entry_figures.WINDOW_TICKS} ticks": entry["peak_admissions_per_window"]
+        <= entry["allowed_per_window"],
         "no oversells": oversells["units_over_stock"] == 0 and oversells["second_orders"] == 0,
         "no entry token reached the shop twice": oversells["tokens_used_twice"] == 0,
         "every user who kept polling was admitted, or told sold out": all(
@@ -106,7 +115,8 @@ def analyse(options, sale) -> dict:
         **notice,
         "eta_accuracy": eta_accuracy,
         "load": load,
-        "cost_usd": _costs(load, latency, duration),
+        "entry": entry,
+        "cost_usd": costs,
         "latency_ms": latency,
         "api": _api(api, answered, duration),
         "oversells": oversells,
@@ -150,16 +160,21 @@ def _ticks(pump, started: float, catchup_ticks: int) -> list[dict]:
     return ticks
 
 
-def _admissions(ticks: list[dict], batch: int) -> dict:
+def _admissions(ticks: list[dict], batch: int, net: dict[int, int]) -> dict:
     """Admissions per tick. A tick after which users still waited had to admit what it owed for every tick it
-    covered: the batch, or less while the rate follows the shop (originSlo); nothing paused or sold out."""
+    covered: the batch, or less while the rate follows the shop (originSlo); nothing paused or sold out; and, with
+    the safety net, what the net admitted in that tick (`net`: per tick number) counts towards it."""
     busy = [t for t in ticks if t["waiting"] > 0]
+
+    def admitted(t: dict) -> int:
+        return t["admitted"] + net.get(int(t["server_s"] * 1000) // t["tick_ms"], 0)
+
     return {
         "target_per_tick": batch,
         "ticks": len(ticks),
         "ticks_with_users_waiting": len(busy),
         "ticks_over_batch": sum(t["admitted"] > batch * t["covered"] for t in ticks),
-        "busy_ticks_short_of_their_rate": sum(t["admitted"] < math.floor(t["per_tick"] * t["covered"]) for t in busy),
+        "busy_ticks_short_of_their_rate": sum(admitted(t) < math.floor(t["per_tick"] * t["covered"]) for t in busy),
         "admitted_per_busy_tick": _spread([t["admitted"] / t["covered"] for t in busy]),
         "catch_up_ticks": sum(t["covered"] > 1 for t in ticks),
         "evicted": sum(t["evicted"] for t in ticks),
@@ -612,6 +627,7 @@ def summary(report: dict, out: Path) -> str:
                 if m["requests_per_s_at_that_cost"]
                 else ""
             ),
+            entry_figures.summary_line(report["entry"]),
             sale_figures.summary_lines(report["sold_out"], report["shop_load"]),
             f"  targets     {targets}",
             "  checks      " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)),

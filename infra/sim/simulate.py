@@ -128,14 +128,38 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--origin-slo-p95-ms", type=int, help="the target's originSlo p95Ms: the rate follows the shop")
     parser.add_argument("--origin-slo-error-rate", type=float, help="the target's originSlo errorRate")
+    parser.add_argument(
+        "--safety-net", action="store_true", help="the target's safetyNet: while nobody waits, enter admits at once"
+    )
+    parser.add_argument(
+        "--arrivals",
+        help="arrivals in phases, RATE:SECONDS,... (e.g. 5:60,500:30,5:60: a normal day with a surge); sets --users",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--key-prefix", help="Redis key prefix (default: a fresh one per run)")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "simulation")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     options = parser.parse_args(argv)
+    options.phases = _phases(parser, options.arrivals)
+    if options.phases:
+        options.users = sum(round(rate * seconds) for rate, seconds in options.phases)
+        options.arrival_s = sum(seconds for _, seconds in options.phases)
     if options.arrival_s is None:
         options.arrival_s = max(2.0, options.users / ARRIVALS_PER_S)
     return options
+
+
+def _phases(parser: argparse.ArgumentParser, text: str | None) -> list[tuple[float, float]]:
+    """--arrivals as (arrivals per second, seconds) phases."""
+    if not text:
+        return []
+    try:
+        phases = [(float(rate), float(seconds)) for rate, seconds in (part.split(":") for part in text.split(","))]
+    except ValueError:
+        parser.error("--arrivals takes RATE:SECONDS phases separated by commas, e.g. 5:60,500:30,5:60")
+    if any(rate < 0 or seconds <= 0 for rate, seconds in phases):
+        parser.error("--arrivals: rates must be at least 0 and phases longer than 0 s")
+    return phases
 
 
 class RecordingPump(Pump):
@@ -395,6 +419,7 @@ class User:
     leaves: bool  # abandons by leaving the line, else by no longer polling
     double_clicks: bool
     outcome: str = "not arrived"
+    passed: bool = False  # the safety net admitted them as they entered (ADMITTED, queued false)
     ticket: str = ""
     seq: int | None = None  # their place's sequence number (from the ticket): the pump admits by it
     entered_at: float | None = None
@@ -416,16 +441,26 @@ class User:
 def plan_users(options: argparse.Namespace, rng: random.Random) -> list[User]:
     """Who arrives when, who gives up after how long (within the time the line takes to drain), who double-clicks."""
     drain_s = options.users * options.tick_ms / 1000 / options.batch
+    arrivals = _arrivals(options.phases, rng) if options.phases else None
     return [
         User(
             id=user_id,
-            arrives_s=rng.uniform(0, options.arrival_s),
+            arrives_s=arrivals[user_id - 1] if arrivals else rng.uniform(0, options.arrival_s),
             gives_up_s=rng.uniform(1, max(2.0, drain_s)) if rng.random() < options.abandon else None,
             leaves=rng.random() < 0.5,
             double_clicks=rng.random() < options.double_click,
         )
         for user_id in range(1, options.users + 1)
     ]
+
+
+def _arrivals(phases: list[tuple[float, float]], rng: random.Random) -> list[float]:
+    """Arrival times (s after the start), each phase's spread at random over it, in order."""
+    times, start = [], 0.0
+    for rate, seconds in phases:
+        times += sorted(rng.uniform(start, start + seconds) for _ in range(round(rate * seconds)))
+        start += seconds
+    return times
 
 
 # What a user does, from `started` (the crowd's start) on; its calls go through the API it is given.
@@ -478,6 +513,7 @@ async def enter(user: User, api: Api | InProcessApi, signer: TokenSigner) -> dic
                 user.tickets.append((answer.received_at, user.seq))
             if user.entered_at is None:
                 user.entered_at = answer.sent_at
+                user.passed = answer.body.get("queued") is False
                 user.ahead, user.eta_s = answer.body.get("aheadCount"), answer.body.get("etaSeconds")
                 if answer.body.get("etaLowSeconds") is not None:
                     user.eta_range_s = (answer.body["etaLowSeconds"], answer.body["etaHighSeconds"])
@@ -666,20 +702,21 @@ def target_stats(api_url: str) -> dict | None:
 
 
 def configure_target(api_url: str, options: argparse.Namespace) -> None:
-    """Give the line its originSlo, if asked (the stack's defaults are the batch and tick)."""
+    """Give the line its originSlo and safety net, if asked (the stack's defaults are the batch and tick)."""
     slo = {
         name: value
         for name, value in (("p95Ms", options.origin_slo_p95_ms), ("errorRate", options.origin_slo_error_rate))
         if value is not None
     }
-    if not slo:
+    config: dict = ({"originSlo": slo} if slo else {}) | ({"safetyNet": True} if options.safety_net else {})
+    if not config:
         return
     host, port = api_url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     connection.request(
         "PUT",
         ENTRIES.removesuffix("/entries") + "/config",
-        body=json.dumps({"originSlo": slo}),
+        body=json.dumps(config),
         headers={"Content-Type": "application/json"},
     )
     answer = connection.getresponse()
