@@ -83,7 +83,7 @@ def test_stats_watch_and_targets_show_a_live_line(stack, target_id, capsys):
     stack.tick(target_id)
     status, out, _ = vq(stack, "stats", target, capsys=capsys)
     assert status == 0
-    assert f"{target}  admitting" in out and "2 waiting" in out and "admitted     1;" in out
+    assert f"{target}  admitting" in out and "2 waiting" in out and "admitted     1; 0 passed through;" in out
     assert "ETA          none measured yet" in out  # the admitted user has not polled since
     status, out, _ = vq(stack, "stats", target, "--json", capsys=capsys)
     assert json.loads(out)["waitingCount"] == 2
@@ -91,6 +91,17 @@ def test_stats_watch_and_targets_show_a_live_line(stack, target_id, capsys):
     assert status == 0 and out.count(f"vq watch {target}") == 2 and "admitted/s" in out
     status, out, _ = vq(stack, "targets", capsys=capsys)
     assert status == 0 and target in out.split()
+
+
+def test_open_with_the_safety_net_lets_newcomers_through_and_stats_say_so(stack, target_id, capsys):
+    target = f"limited-drop/{target_id}"
+    assert vq(stack, "open", target, "--rate", "1/s", "--safety-net", capsys=capsys)[0] == 0
+    assert own_config(stack, target_id) == {"batch": 2, "tickMs": 2000, "safetyNet": True}
+    status, out, _ = vq(stack, "stats", target, capsys=capsys)
+    assert status == 0 and f"{target}  idle: nobody in line  safety net: passing through" in out
+    assert stack.enter(target_id, 1)["queued"] is False
+    status, out, _ = vq(stack, "stats", target, capsys=capsys)
+    assert "1 passed through" in out
 
 
 @pytest.mark.parametrize(

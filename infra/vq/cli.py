@@ -81,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--slo-error-rate", type=float, help="follow the shop: cut the rate while its error share is over this"
     )
+    sub.add_argument(
+        "--safety-net",
+        action="store_true",
+        help="always on: while nobody waits, let newcomers straight through within the rate (docs/safety-net.md)",
+    )
     sub.add_argument("--replace", action="store_true", help="replace the settings of a target already open")
 
     for name, change, text in (
@@ -155,6 +160,8 @@ def _open(api: OperatorApi, args: argparse.Namespace) -> None:
     slo = {k: v for k, v in (("p95Ms", args.slo_p95_ms), ("errorRate", args.slo_error_rate)) if v is not None}
     if slo:
         settings["originSlo"] = slo
+    if args.safety_net:
+        settings["safetyNet"] = True
     headers = {} if args.replace else {"If-None-Match": "*"}
     try:
         answer = api.call("PUT", api.target_path(args.target, "config"), settings, headers)

@@ -21,11 +21,17 @@ STATES = {
 }
 
 
+# How a newcomer gets in, on a target with the safety net (stats' entryMode).
+ENTRY_MODES = {"PASSING_THROUGH": "passing through", "QUEUEING": "queueing"}
+
+
 def summary(target: str, stats: dict, admitted_per_s: float | None = None) -> list[str]:
     """The figures of one stats answer; `admitted_per_s` measured between two answers, when known."""
     config, shop = stats["config"], stats["recentShop"]
     state = STATES.get(stats["state"], stats["state"].lower())
     opens = f"  opens {config['opensAt']}" if stats["state"] == "SCHEDULED" and "opensAt" in config else ""
+    if config.get("safetyNet"):
+        opens += "  safety net: " + ENTRY_MODES.get(stats["entryMode"], stats["entryMode"].lower())
     now = "" if admitted_per_s is None else f", now {_rate(admitted_per_s)}"
     shop_now = f"last {shop['windowSeconds']:g} s: {shop['purchases']} answered" + (
         f", p95 {shop['p95Ms']} ms, errors {100 * shop['errorRate']:.1f} %" if shop["purchases"] else ""
@@ -47,7 +53,8 @@ def summary(target: str, stats: dict, admitted_per_s: float | None = None) -> li
         f"{target}  {state}{opens}",
         f"  in line      {stats['waitingCount']:,} waiting, {stats['preQueuedCount']:,} pre-queued"
         + (f" (capacity {config['maxWaiting']:,})" if "maxWaiting" in config else ""),
-        f"  admitted     {stats['admittedCount']:,}; {stats['activeCount']:,} not done (active)"
+        f"  admitted     {stats['admittedCount']:,}; {stats['passedThroughCount']:,} passed through; "
+        f"{stats['activeCount']:,} not done (active)"
         + (f", cap {config['maxActive']:,}" if "maxActive" in config else ""),
         f"  rate         configured {_rate(stats['configuredRatePerSec'])}, effective "
         f"{_rate(stats['effectiveRatePerSec'])}, measured {_rate(stats['admissionRatePerSec'])} (last min){now}",
