@@ -34,9 +34,17 @@ def net_per_tick(made: list[tuple[int, bool]], tick_ms: int) -> dict[int, int]:
     return counts
 
 
-def entry(users, made: list[tuple[int, bool]], tick_ms: int, batch: int, waiting: list[int], cost_usd: float) -> dict:
+def entry(
+    users,
+    made: list[tuple[int, bool]],
+    tick_ms: int,
+    batch: int,
+    waiting: list[int],
+    cost_usd: float,
+    phases: list[tuple[float, float]] | None = None,
+) -> dict:
     """The figures, from the users as they ended, the published admissions, the line's length each second and the
-    sale's cost."""
+    sale's cost; with the arrivals' `phases` (rate, seconds), also per phase."""
     seen = [u for u in users if u.admitted_at is not None and u.entered_at is not None]
     passed = [u for u in seen if u.passed]
     queued = [u for u in seen if not u.passed]
@@ -66,7 +74,27 @@ def entry(users, made: list[tuple[int, bool]], tick_ms: int, batch: int, waiting
         "longest_line": max(waiting, default=0),
         "seconds_with_a_line": sum(n > 0 for n in waiting),
         "cost_per_admitted_user_usd": round(cost_usd / len(seen), 7) if seen else None,
+        "by_phase": _by_phase(seen, phases or []),
     }
+
+
+def _by_phase(seen: list, phases: list[tuple[float, float]]) -> list[dict]:
+    """Per phase of arrivals: who arrived in it, the share let through at once, and their enter-to-token times."""
+    figures, start = [], 0.0
+    for rate, seconds in phases:
+        group = [u for u in seen if start <= u.arrives_s < start + seconds]
+        figures.append(
+            {
+                "arrivals_per_s": rate,
+                "from_s": start,
+                "seconds": seconds,
+                "admitted": len(group),
+                "share_admitted_at_once": round(sum(u.passed for u in group) / len(group), 4) if group else None,
+                "enter_to_token_s": _spread([u.admitted_at - u.entered_at for u in group]),
+            }
+        )
+        start += seconds
+    return figures
 
 
 def _spread(values: list[float]) -> dict:

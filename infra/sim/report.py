@@ -75,7 +75,13 @@ def analyse(options, sale) -> dict:
     admissions = _admissions(ticks, settings.batch_size, net)
     costs = _costs(load, latency, duration)
     entry = entry_figures.entry(
-        users, made, settings.tick_ms, settings.batch_size, load["series"]["waiting"], costs["paced"]["total"]
+        users,
+        made,
+        settings.tick_ms,
+        settings.batch_size,
+        load["series"]["waiting"],
+        costs["paced"]["total"],
+        options.phases,
     )
     shop_figures = _shop(shop, ticks, settings, started, seconds)
     oversells = _oversells(shop, users, options.stock)

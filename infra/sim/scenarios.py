@@ -96,14 +96,15 @@ SCENARIOS = {
         "runs": {"fixed 40/s": [], "originSlo p95 500 ms, ceiling 40/s": ["--origin-slo-p95-ms", "500"]},
     },
     "surge": {
-        # 5 arrivals a second for a minute, a surge of 200 a second for 30 s, 5 a second again, against 50 admitted a
-        # second. The surge is 200/s, not the 500/s of the issue, so this machine answers the crowd's polls while the
-        # line drains (`--arrivals 5:60,500:30,5:60` runs that); nobody abandons, the stock never runs out.
+        # 5 arrivals a second for a minute, a surge of 200 a second for 30 s, 5 a second again, against 100 admitted
+        # a second: the line builds up in the surge and drains within the last minute. The surge is 200/s, not the
+        # 500/s of the issue, so this machine answers the crowd's polls while the line drains (`--arrivals
+        # 5:60,500:30,5:60` runs that); nobody abandons, the stock never runs out.
         "defaults": [
             "--arrivals",
             "5:60,200:30,5:60",
             "--batch",
-            "25",
+            "50",
             "--tick-ms",
             "500",
             "--abandon",
@@ -151,6 +152,18 @@ def table(scenario: str, reports: dict) -> list[tuple[str, list]]:
             ("enter -> token p50 / p95 / max (s)", [_spread(r["entry"]["enter_to_token_s"]) for r in runs]),
             ("  admitted at once", [_spread(r["entry"]["enter_to_token_s_passed_through"]) for r in runs]),
             ("  queued", [_spread(r["entry"]["enter_to_token_s_queued"]) for r in runs]),
+            *(
+                (
+                    f"phase {i + 1} ({phase['arrivals_per_s']:g}/s from {phase['from_s']:g} s): at once; "
+                    "enter -> token p50 / p95 / max (s)",
+                    [
+                        f"{r['entry']['by_phase'][i]['share_admitted_at_once']}; "
+                        f"{_spread(r['entry']['by_phase'][i]['enter_to_token_s'])}"
+                        for r in runs
+                    ],
+                )
+                for i, phase in enumerate(runs[0]["entry"]["by_phase"])
+            ),
             (
                 "peak admissions in a tick (batch)",
                 [f"{r['entry']['peak_admissions_per_tick']} ({r['entry']['batch']})" for r in runs],
