@@ -9,8 +9,8 @@
 -- The version (the API's ETag) is the SHA-1 of the operator's fields, every field but those four, as sorted
 -- 'field=value' lines joined by newlines (chalicelib/store.py computes the same for GET).
 -- KEYS[1] config      hash: batch, tick_ms, max_waiting, max_active, opens_at_ms, closes_at_ms, paused, sold_out,
---                     invite_only, slo_p95_ms, slo_error_rate (all optional), known_since_ms (kept from the first
---                     opening), draw_seed and draw_commitment (kept until the opening draw uses them)
+--                     invite_only, slo_p95_ms, slo_error_rate, safety_net (all optional), known_since_ms (kept from
+--                     the first opening), draw_seed and draw_commitment (kept until the opening draw uses them)
 -- KEYS[2] events      the target's outbox stream (outbox.lua): TargetConfigChanged (with the new configuration and
 --                     the commitment, if any), and TargetPaused, TargetResumed, TargetSoldOut when those fields
 --                     change

@@ -2,8 +2,9 @@
 -- KEYS[1] waiting     zset: user id -> seq
 -- KEYS[2] mark        admitted mark
 -- KEYS[3] stats       hash of counters: admitted (pump), left (leave), evicted (evict), wait_count, wait_ms (status),
---                     sold_out_released (enter, status), not_invited (enter), orders (observe_purchase), rate
---                     (admissions per second measured by the pump while users wait)
+--                     sold_out_released (enter, status), not_invited (enter), passed_through (enter: the safety
+--                     net), orders (observe_purchase), rate (admissions per second measured by the pump while users
+--                     wait)
 -- KEYS[4] waits       hash: wait-time histogram bucket -> users admitted with such a wait
 -- KEYS[5] prequeue    zset: users waiting for the opening
 -- KEYS[6] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
