@@ -1,15 +1,21 @@
 """The safety net against a real Redis: while nobody waits, enter admits at once within the tick's budget, which the
 pump shares; a surge queues in order; the rate, FIFO, maxActive, pause, sold out and a scheduled opening hold."""
 
+import collections
+import contextlib
 import json
 import random
 import threading
 import time
+import uuid
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from chalicelib import runtime
-from chalicelib.errors import QueueSoldOut
+from chalicelib.errors import NotInQueue, QueueSoldOut
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump
 from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore
@@ -44,6 +50,31 @@ def admissions(client, room, target=DROP):
         for entry_id, fields in entries
         if fields["type"] == "UserAdmitted"
     ]
+
+
+def within_the_rate(ticks_admitted: list[int], ticks_applied: list[int], batch: int) -> None:
+    """Admissions (each by its tick number) up to every tick are at most batch x the ticks since the first tick with an
+    admission or applied by a pump: a pump's tick makes up for the ticks it missed since the one it last applied, up
+    to the catch-up cap (docs/guarantees.md#rate), so the count starts at the earlier of the two."""
+    if not ticks_admitted:
+        return
+    first = min([*ticks_admitted, *ticks_applied])
+    per_tick = collections.Counter(ticks_admitted)
+    so_far = 0
+    for tick in range(first, max(ticks_admitted, default=first) + 1):
+        so_far += per_tick[tick]
+        assert so_far <= batch * (tick - first + 1), f"{so_far} admitted by tick {tick - first}"
+
+
+class RecordingStore(QueueStore):
+    """A pump's store that notes every tick it applied."""
+
+    applied: list[int]
+
+    def admit_and_evict_all(self, targets, rules):
+        answer = super().admit_and_evict_all(targets, rules)
+        self.applied.extend(r.applied_tick for r in answer.values() if getattr(r, "applied_tick", None))
+        return answer
 
 
 def clear_of_tick_end(client, tick_ms, margin_ms):
@@ -197,8 +228,11 @@ def test_enters_and_eight_pumps_never_admit_more_than_batch_per_tick_elapsed_nor
 
         return run
 
+    applied: list[int] = []
+
     def one_pump():
-        store = QueueStore(connect_redis(), settings.key_prefix, outbox_cap=OUTBOX)
+        store = RecordingStore(connect_redis(), settings.key_prefix, outbox_cap=OUTBOX)
+        store.applied = applied
         Pump(store, settings).run(remaining_ms=lambda: (deadline - time.monotonic()) * 1000 + STOP_BEFORE_DEADLINE_MS)
 
     def crowd():
@@ -225,15 +259,7 @@ def test_enters_and_eight_pumps_never_admit_more_than_batch_per_tick_elapsed_nor
 
     made = admissions(client, room)
     assert [seq for _, seq, _ in made] == sorted(seq for _, seq, _ in made), "an admission passed someone waiting"
-    ticks = [at // tick_ms for at, _, _ in made]
-    first = ticks[0]
-    per_tick: dict[int, int] = {}
-    for tick in ticks:
-        per_tick[tick] = per_tick.get(tick, 0) + 1
-    so_far = 0
-    for tick in range(first, ticks[-1] + 1):
-        so_far += per_tick.get(tick, 0)
-        assert so_far <= batch * (tick - first + 1), f"{so_far} admitted by tick {tick - first}"
+    within_the_rate([at // tick_ms for at, _, _ in made], applied, batch)
     # Both ways of getting in happened, and the switch went both ways.
     queued = [q for _, _, q in made]
     assert outcomes["passed"] > 5 and outcomes["queued"] > 5
@@ -258,3 +284,103 @@ def test_the_api_answers_queued_false_and_refuses_a_safety_net_that_is_not_a_fla
     body = answer.json_body
     assert (body["status"], body["queued"]) == ("ADMITTED", False)
     assert "entryToken" in body and "queueTicket" in body and "pollAfterMs" not in body
+
+
+class NetMachine(RuleBasedStateMachine):
+    """Hypothesis drives enters, polls, leaves, evictions and two pumps (at a new tick or within the one just applied)
+    over a target with the safety net, a batch of 2 and ticks of 100 ms, and checks after every step, against Redis:
+    an enter passed through only while nobody waited unadmitted and the pre-queue was empty, admissions (the net's
+    and the pump's) follow seq, and up to every tick they are at most batch x the ticks since the first."""
+
+    room: WaitingRoom | None = None
+    client = None
+    entries: collections.Counter = collections.Counter()  # over all runs: enters answered by kind
+
+    def __init__(self) -> None:
+        super().__init__()
+        own = self.room.settings
+        self.prefix = f"{own.key_prefix}-n{uuid.uuid4().hex[:8]}"
+        store = QueueStore(self.client, self.prefix, outbox_cap=OUTBOX)
+        self.net = WaitingRoom(store, self.room.signer, own, runtime.switch())
+        self.net.configure(DROP, TargetConfig(safety_net=True, batch=NET_BATCH, tick_ms=NET_TICK_MS))
+        self.applied: list[int] = []
+        self.pumps = []
+        for _ in range(2):
+            store = RecordingStore(self.client, self.prefix, outbox_cap=OUTBOX)
+            store.applied = self.applied
+            self.pumps.append(Pump(store, own))
+        self.keys = store.keys(DROP)
+        self.tickets: dict[str, str] = {}
+
+    def teardown(self) -> None:
+        keys = list(self.client.scan_iter(match=f"{self.prefix}:*", count=1000))
+        if keys:
+            self.client.delete(*keys)
+
+    @rule(user=st.sampled_from([str(u) for u in range(1, 9)]))
+    def enter(self, user):
+        waiting = self.client.zcount(self.keys.waiting, f"({int(self.client.get(self.keys.mark) or 0)}", "+inf")
+        entry = self.net.enter(DROP, user)
+        if entry.queued is False:
+            assert waiting == 0, "passed through while someone waited"
+        self.entries["passed" if entry.queued is False else entry.status] += 1
+        if entry.queue_ticket:
+            self.tickets[user] = entry.queue_ticket
+
+    @rule(user=st.sampled_from([str(u) for u in range(1, 9)]))
+    def poll(self, user):
+        if user in self.tickets:
+            with contextlib.suppress(NotInQueue):
+                self.net.status(DROP, user, self.tickets[user])
+
+    @rule(user=st.sampled_from([str(u) for u in range(1, 9)]))
+    def leave(self, user):
+        if user in self.tickets:
+            self.net.leave(DROP, user, self.tickets.pop(user))
+
+    @rule()
+    def everyone_in_line_stops_polling(self):
+        # Their last polls long ago: the next tick evicts them.
+        silent = dict.fromkeys(self.client.zrange(self.keys.heartbeat, 0, -1), 0)
+        if silent:
+            self.client.zadd(self.keys.heartbeat, silent)
+
+    @rule(pump=st.sampled_from([0, 1]), wait=st.booleans())
+    def tick(self, pump, wait):
+        if wait:
+            wait_for_next_tick(self.client, NET_TICK_MS)
+        assert self.pumps[pump].tick().errors == 0
+
+    @invariant()
+    def admissions_follow_seq_and_the_rate(self):
+        made = [
+            (int(entry_id.split("-")[0]) // NET_TICK_MS, int(fields["seq"]))
+            for entry_id, fields in self.client.xrange(self.keys.events)
+            if fields["type"] == "UserAdmitted"
+        ]
+        seqs = [seq for _, seq in made]
+        assert seqs == sorted(set(seqs)), "admissions out of seq order"
+        within_the_rate([tick for tick, _ in made], self.applied, NET_BATCH)
+
+
+NET_BATCH, NET_TICK_MS = 2, 100
+
+
+@pytest.mark.slow
+def test_the_net_keeps_fifo_and_the_rate_whatever_the_order_of_calls(env, connect_redis):
+    env(VQ_TICK_MS=NET_TICK_MS, VQ_BATCH_SIZE=NET_BATCH, VQ_CATCHUP_TICKS=3, VQ_PUMP_LEASE_TICKS=3)
+    NetMachine.room = runtime.waiting_room()
+    NetMachine.client = connect_redis()
+    NetMachine.entries = collections.Counter()
+    run_state_machine_as_test(
+        NetMachine,
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=40,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+    # Both ways in were taken.
+    assert NetMachine.entries["passed"] > 5 and NetMachine.entries["WAITING"] > 5, NetMachine.entries
