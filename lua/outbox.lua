@@ -8,12 +8,13 @@
 --   ttl     the stream's sliding TTL (ms), from its last event
 -- Events one user can repeat at will (enter and leave again, enter and stop polling, buy and fail) have a budget of
 -- half the cap: past it, the new one is dropped, so no burst of them pushes an admission or a target's event out.
-local user_chatter = {UserLeft = true, UserEvicted = true, PurchaseCompleted = true, PurchaseFailed = true,
-  TokenRestored = true}
 local function outbox(stream, stats, cap, ttl)
   if cap == '0' then
     return function() end
   end
+  -- Built here, not where this file is put before a script: enter.lua needs the outbox only for its safety net.
+  local user_chatter = {UserLeft = true, UserEvicted = true, PurchaseCompleted = true, PurchaseFailed = true,
+    TokenRestored = true}
   local length -- the stream's, read once per script call: an admission tick may append hundreds
   return function(kind, ...)
     local first = not length

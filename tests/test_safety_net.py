@@ -21,6 +21,7 @@ from chalicelib.queue import WaitingRoom
 from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from chalicelib.tokens import token_id_of
 from tests.support.ticks import server_ms, wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
@@ -90,6 +91,10 @@ def test_under_the_rate_every_enter_is_admitted_at_once_with_a_token_and_a_ticke
     for entry in entries:
         assert (entry.status, entry.queued, entry.poll_after_ms) == ("ADMITTED", False, None)
         assert entry.entry_token is not None and entry.queue_ticket is not None
+    # Each token's id is drawn from its entry, as for an admission from the line (tokens.py's token_id_of).
+    for user, entry in enumerate(entries, 1):
+        seq = room.signer.read_ticket(entry.queue_ticket).seq
+        assert entry.entry_token.token_id == token_id_of(room.signer.entry_key(DROP, str(user)), seq)
     # Entering again hands back the same token, as for any admitted user.
     assert room.enter(DROP, "1").entry_token.text == entries[0].entry_token.text
     assert [(seq, queued) for _, seq, queued in admissions(client, room)] == [(1, False), (2, False), (3, False)]
