@@ -10,8 +10,9 @@
 -- KEYS[6] stats       hash of counters: `admitted` counts admissions; `rate` is the measured admission rate;
 --                     `fences` counts failovers fenced, `fence_lost_from`, `fence_lost_to` and `fence_until_ms` the
 --                     last one's range of seqs that may have been lost, and until when status.lua restores one of
---                     them admitted; `waiting_user_ms` sums the users waiting over each tick's length (what departures
---                     are a rate of)
+--                     them admitted; `fence_mark` the mark the fence raised the node to, and `fence_owed` the
+--                     places status.lua restored admitted above it, which take the next ticks' slots;
+--                     `waiting_user_ms` sums the users waiting over each tick's length (what departures are a rate of)
 -- KEYS[7] waits       wait-time histogram (only its TTL is kept here)
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users
 --                     waiting
@@ -86,7 +87,8 @@ if tonumber(seen_tick_ms) > (last or 0) or tonumber(seen_mark) > tonumber(mark_t
     redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
   end
   redis.call('HSET', stats, 'fence_lost_from', string.format('%d', fenced_from), 'fence_lost_to',
-    string.format('%d', fenced_to), 'fence_until_ms', last_before and now + tonumber(fence_window_ms) or now)
+    string.format('%d', fenced_to), 'fence_until_ms', last_before and now + tonumber(fence_window_ms) or now,
+    'fence_mark', mark_text)
   redis.call('HINCRBY', stats, 'fences', 1)
 end
 settings[#settings + 1] = fenced_from
@@ -148,6 +150,14 @@ if max_active then
   local active_count = collecting + redis.call('ZCARD', active)
   admitted = math.max(0, math.min(admitted, max_active - active_count))
 end
+-- Places a fence's restore admitted that the old primary had not (status.lua) were admitted past the batch: they
+-- take these slots, so the rate holds over the failover. The mark meanwhile passes lost seqs whose holders have not
+-- polled yet, and each of them is one more such place.
+local owed_to_restores = math.min(admitted, tonumber(redis.call('HGET', stats, 'fence_owed') or '0'))
+if owed_to_restores > 0 then
+  admitted = admitted - owed_to_restores
+  redis.call('HINCRBY', stats, 'fence_owed', -owed_to_restores)
+end
 if admitted > 0 then
   -- Ranks follow seq, and users who left or were evicted hold no rank: the mark moves to the
   -- admitted-th user still waiting, never past the last one.
@@ -177,9 +187,10 @@ end
 
 -- The measured rate counts only ticks that left users waiting: a tick short of users measures demand,
 -- not how fast the line moves. Running sums in `stats` keep this O(1) per tick.
+-- Slots restores took count as admissions: the line moved that fast.
 if waiting_count - admitted > 0 and not held then
-  redis.call('LPUSH', admissions, tick_number * tick_ms .. ':' .. admitted .. ':' .. covered)
-  redis.call('HINCRBY', stats, 'rate_admitted', admitted)
+  redis.call('LPUSH', admissions, tick_number * tick_ms .. ':' .. (admitted + owed_to_restores) .. ':' .. covered)
+  redis.call('HINCRBY', stats, 'rate_admitted', admitted + owed_to_restores)
   redis.call('HINCRBY', stats, 'rate_ticks', covered)
 end
 local oldest = tick_number * tick_ms - 60000

@@ -6,7 +6,9 @@
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; left, evicted, waiting_user_ms (departures
 --                     and the time they are a rate of); `rate`: admissions per second measured by the pump;
 --                     `fence_lost_from`, `fence_lost_to`, `fence_until_ms`: the seqs the last failover may
---                     have lost, and until when an entry among them the mark passed is restored admitted; the ETA's
+--                     have lost, and until when an entry among them the mark passed is restored admitted;
+--                     `fence_mark`, the mark the fence raised the node to, and `fence_owed`, the places restored
+--                     admitted above it, which the pump's next ticks leave out (admit.lua); the ETA's
 --                     accuracy: eta_samples, eta_inside, and `eta_error:<bucket>`, a histogram of etaSeconds'
 --                     absolute error (buckets as the waits')
 -- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
@@ -119,6 +121,11 @@ if not seq_number then
     end
     -- Admitted again once only: the record keeps a second poll of this ticket from a second turn.
     redis.call('ZADD', ended, ticket_entry, user_id)
+    -- Above the mark the old primary had reached, the mark passed it here without its place, so no tick counted it:
+    -- it takes one of the pump's next slots (admit.lua).
+    if ticket > tonumber(redis.call('HGET', stats, 'fence_mark') or '0') then
+      redis.call('HINCRBY', stats, 'fence_owed', 1)
+    end
   end
   redis.call('HINCRBY', stats, 'restored', 1)
   if opens_at and tonumber(now_ms) < tonumber(opens_at) and redis.call('HGET', draw, 'opens_at_ms') ~= opens_at then

@@ -281,6 +281,42 @@ def test_the_pump_fences_a_node_that_lost_writes(make_room, client, caplog):
         room.status(DROP, "5", tickets[5])
 
 
+def test_places_restored_admitted_past_the_batch_take_the_pumps_next_slots(make_room, client):
+    tick_ms = 300
+    room = make_room(VQ_TICK_MS=tick_ms, VQ_BATCH_SIZE=2, VQ_HEARTBEAT_TIMEOUT_S=60)
+    keys = room.store.keys(DROP)
+    pump = Pump(room.store, room.settings)
+    tickets = enter_all(room, range(1, 5))
+    wait_for_next_tick(client, tick_ms)
+    pump.tick()  # admits users 1 and 2
+    node = {key: client.dump(key) for key in (keys.tick, keys.mark, keys.seq, keys.waiting, keys.heartbeat)}
+    tickets |= enter_all(room, range(5, 9))
+    wait_for_next_tick(client, tick_ms)
+    pump.tick()  # admits users 3 and 4: the mark the old primary reached
+    # The failover: the node lacks the last tick and users 5 to 8's entries, whose holders have not polled since.
+    for key, value in node.items():
+        client.restore(key, 0, value, replace=True)
+    tickets |= enter_all(room, (9,))
+    wait_for_next_tick(client, tick_ms)
+    assert pump.tick().targets[DROP].fenced is not None
+    # The mark passed the lost seqs to reach the newcomer: their tickets are restored admitted, four beyond the batch.
+    assert room.status(DROP, "9", tickets[9]).status == "ADMITTED"
+    for user in range(5, 9):
+        assert room.status(DROP, str(user), tickets[user]).status == "ADMITTED"
+    # They took the next two ticks' slots: the line behind them waits, then goes on at the batch.
+    tickets |= enter_all(room, range(10, 13))
+    for _ in range(2):
+        wait_for_next_tick(client, tick_ms)
+        assert pump.tick().targets[DROP].admitted == 0
+    wait_for_next_tick(client, tick_ms)
+    assert pump.tick().targets[DROP].admitted == 2
+    assert [room.status(DROP, str(user), tickets[user]).status for user in (10, 11, 12)] == [
+        "ADMITTED",
+        "ADMITTED",
+        "WAITING",
+    ]
+
+
 def test_a_pump_that_saw_nothing_lost_fences_nothing(make_room, client):
     tick_ms = 200
     room = make_room(VQ_TICK_MS=tick_ms, VQ_BATCH_SIZE=2)
