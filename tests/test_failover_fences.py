@@ -12,10 +12,10 @@ import pytest
 from chalicelib import runtime
 from chalicelib.errors import InvalidQueueTicket, NotInQueue, QueueBypassDenied
 from chalicelib.pump import Pump
-from chalicelib.purchase import PurchaseRequest
 from chalicelib.store import FENCE_MARGIN_US
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from tests.support.buying import request_for
 from tests.support.ticks import admit_through, wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
@@ -35,18 +35,6 @@ def enter_all(room, users):
 
 def seq_of(room, ticket):
     return room.signer.read_ticket(ticket).seq
-
-
-def request_for(token):
-    return PurchaseRequest(
-        target_type=DROP.type,
-        target_id=str(DROP.id),
-        entry_token=token.text,
-        user_id=token.user_id,
-        authorizer=None,
-        body=b'{"sku":"x"}',
-        content_type="application/json",
-    )
 
 
 # --- a signed ticket restores its place ---
@@ -195,7 +183,7 @@ def test_a_token_given_back_after_its_holder_left_stays_refused(room, gate, orig
     room.leave(DROP, "1", ticket)  # while the purchase is under way
     assert room.store.restore(token, "purchase") is False
     with pytest.raises(QueueBypassDenied):
-        gate.purchase(request_for(token))
+        gate.purchase(request_for(token, DROP, token.user_id))
     assert origin.requests == []
     assert room.stats(DROP)["activeCount"] == 0
 
@@ -204,9 +192,9 @@ def test_a_purchase_of_unknown_outcome_is_sent_again_under_its_key_after_its_hol
     ticket = enter_all(room, (1,))[1]
     token = admitted_token(room, "1", ticket)
     origin.answers = [(500, {"error": "boom"}, {"commit": True})]
-    assert gate.purchase(request_for(token)).status == 500
+    assert gate.purchase(request_for(token, DROP, token.user_id)).status == 500
     room.leave(DROP, "1", ticket)
-    assert gate.purchase(request_for(token)).status == 201  # the shop answers the order it took
+    assert gate.purchase(request_for(token, DROP, token.user_id)).status == 201  # the shop answers the order it took
     assert origin.orders_per_key() == {token.token_id: 1}
 
 

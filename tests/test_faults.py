@@ -25,6 +25,7 @@ from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from tests.support.buying import request_for
 from tests.support.redis_servers import OwnRedis
 
 pytestmark = pytest.mark.faults
@@ -448,23 +449,11 @@ def test_an_outage_admits_ticket_holders_in_turn_at_the_rate_and_no_outage_token
     time.sleep(BREAKER_COOLDOWN_MS / 1000 + 0.2)
     # Redis answers again: a token minted in the stall cannot buy on the paused target, the reckoned turns buy...
     with pytest.raises(QueueError, match="paused"):
-        gate.purchase(purchase_of(held, newcomers[0].entry_token))
+        gate.purchase(request_for(newcomers[0].entry_token, held, newcomers[0].entry_token.user_id))
     user, token = next(iter(tokens.items()))
-    assert gate.purchase(purchase_of(selling, token)).status == 201
+    assert gate.purchase(request_for(token, selling, token.user_id)).status == 201
     assert [r["path"] for r in origin.requests] == [f"/limited-drops/{selling.id}/orders"]
     # ...and the line goes on after them: the first poll Redis answers moves the mark past the reckoned turns.
     waiting = next(u for u in tickets if u not in tokens)
     room.status(selling, str(waiting), tickets[waiting])
     assert int(runtime.store().client.get(runtime.store().keys(selling).mark)) == max(seq for _, seq in admitted)
-
-
-def purchase_of(target: Target, token) -> PurchaseRequest:
-    return PurchaseRequest(
-        target_type=target.type,
-        target_id=str(target.id),
-        entry_token=token.text,
-        user_id=token.user_id,
-        authorizer=None,
-        body=b'{"sku":"x"}',
-        content_type="application/json",
-    )
