@@ -1,19 +1,76 @@
-"""infra/sim/pacing_model.py: the sale replayed by the pacing rule alone counts what the simulator counts."""
+"""infra/sim/pacing_model.py: a sale replayed by the clients' pacing rules alone, today's protocol (every poll at the
+origin) beside issue 39's edge line; counting the far line's capped events gives what walking every event gives."""
 
-from infra.sim.pacing_model import model
+import numpy as np
+import pytest
+
+from chalicelib import polling
+from infra.sim.pacing_model import (
+    EDGE_LINE,
+    LINE_MAX_AGE_S,
+    TODAY,
+    Protocol,
+    Sale,
+    advice_s,
+    model,
+)
 
 
-def test_paced_crowd_asks_far_less_than_a_fixed_poll_and_hears_of_its_turn_within_a_second():
-    figures = model(users=3000, rate=50.0, tick_s=0.5, arrival_s=2.0, heartbeat_s=60)
-    assert figures["duration_s"] >= 3000 / 50
-    assert 2 < figures["requests_per_admitted_user"] < figures["fixed_requests_per_admitted_user"]
-    assert figures["share_of_fixed"] < 0.8  # a 30 s average wait: mostly the polls around the turn
-    p50, p95 = figures["notice_p50_p95_s"]
-    assert 0 <= p50 <= p95 <= 1.0  # the near-front poll: about every second, never later
-    assert 0 < figures["cost_usd"] < figures["fixed_cost_usd"]
+@pytest.mark.parametrize("newcomer", [False, True])
+def test_the_models_advice_is_chalicelib_pollings_rule(newcomer):
+    rng = np.random.default_rng(1)
+    etas, rands = rng.uniform(0, 5000, 2000), rng.random(2000)
+    longest = polling.longest_interval_ms(60)
+    ours = advice_s(etas, longest, rands, newcomer)
+    theirs = [
+        polling.waiting_poll_after_ms(eta, 60, lambda r=r: r, newcomer) / 1000
+        for eta, r in zip(etas, rands, strict=True)
+    ]
+    assert ours.tolist() == pytest.approx(theirs, abs=1e-9)
 
 
-def test_a_longer_heartbeat_halves_the_far_polls():
-    short, long = (model(users=6000, rate=50.0, tick_s=0.5, arrival_s=2.0, heartbeat_s=h) for h in (60, 120))
-    assert long["requests_per_admitted_user"] < short["requests_per_admitted_user"]
-    assert long["per_1000_waiting_mean_peak"][0] < short["per_1000_waiting_mean_peak"][0]
+@pytest.mark.parametrize("protocol", [TODAY, EDGE_LINE, Protocol(edge=True, line_cap_s=20)], ids=lambda p: p.name)
+@pytest.mark.parametrize("arrival_s", [None, 2.0], ids=["arrivals at the stage's rate", "a 2 s burst"])
+def test_counting_the_far_lines_capped_events_agrees_with_walking_every_one(protocol, arrival_s):
+    # Against a walk of other random draws: they differ as much as two walks do.
+    sale = Sale(100_000, arrival_s=arrival_s)
+    counted, walked = model(sale, protocol), model(sale, protocol, exact=True, seed=8)
+    assert counted["events_walked"] < walked["events_walked"]
+    for figure in ("origin_requests", "edge_requests"):
+        assert counted[figure] == pytest.approx(walked[figure], rel=0.005)
+    for figure in ("origin_peak_per_s", "origin_peak_per_s_in_line", "edge_peak_per_s"):
+        assert counted[figure] == pytest.approx(walked[figure], rel=0.05)
+    assert counted["notice_p50_p95_s"] == pytest.approx(walked["notice_p50_p95_s"], abs=0.05)
+    far = counted["sold_out_heard_p50_p95_max_s"]["far back"], walked["sold_out_heard_p50_p95_max_s"]["far back"]
+    assert far[0][1:] == pytest.approx(far[1][1:], rel=0.1)
+
+
+def test_the_edge_line_keeps_the_origins_load_flat_where_today_it_grows_with_the_line():
+    small, large = Sale(10_000), Sale(200_000)
+    today = {sale.users: model(sale, TODAY) for sale in (small, large)}
+    edge = {sale.users: model(sale, EDGE_LINE) for sale in (small, large)}
+    # The same arrivals a second; what waiting asks of the origin no longer grows with the line.
+    assert edge[200_000]["origin_peak_per_s"] <= 1.2 * edge[10_000]["origin_peak_per_s"]
+    assert today[200_000]["origin_peak_per_s_in_line"] > 5 * today[10_000]["origin_peak_per_s_in_line"]
+    # At most 1/20 of a fixed 2.5 s poll's requests per admitted user (today about 0.15), and the far line at the edge.
+    assert edge[200_000]["share_of_fixed_poll"] <= 1 / 20 < today[200_000]["share_of_fixed_poll"]
+    assert edge[200_000]["edge_requests"] > 0 == today[200_000]["edge_requests"]
+    # Near the front clients poll the origin as today: they hear of their turn as soon.
+    assert edge[200_000]["notice_p50_p95_s"][1] <= 1.0 and today[200_000]["notice_p50_p95_s"][1] <= 1.0
+    assert edge[200_000]["cost_usd"]["total"] < today[200_000]["cost_usd"]["total"] / 2
+
+
+@pytest.mark.parametrize("cap_s", [30, 120])
+def test_a_far_back_shopper_hears_of_a_sold_out_within_the_cap_and_the_edges_staleness(cap_s):
+    figures = model(Sale(100_000), Protocol(edge=True, line_cap_s=cap_s))
+    _, p95, worst = figures["sold_out_heard_p50_p95_max_s"]["far back"]
+    assert 0.8 * cap_s < p95 <= worst <= cap_s + 0.5 + LINE_MAX_AGE_S  # a tick, then the edge's max-age
+    _, _, inside = figures["sold_out_heard_p50_p95_max_s"]["inside the window"]
+    assert inside <= polling.longest_interval_ms(60) / 1000
+
+
+def test_a_longer_cap_costs_less_at_the_edge_and_nothing_at_the_origin():
+    short, long = (model(Sale(100_000), Protocol(edge=True, line_cap_s=cap)) for cap in (30, 300))
+    assert long["edge_requests"] < short["edge_requests"] / 4
+    assert long["cost_usd"]["cloudfront_requests"] < short["cost_usd"]["cloudfront_requests"]
+    assert long["origin_requests"] == pytest.approx(short["origin_requests"], rel=0.01)

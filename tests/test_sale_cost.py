@@ -1,15 +1,21 @@
 """infra/sim/sale_cost.py prices the stack: idle, what runs whatever the traffic; per sale, what the sale sends;
 for each choice of cache."""
 
+from dataclasses import replace
+
 import pytest
 
 from infra.sim.sale_cost import (
     ALARM_METRIC_MONTH,
     ALARM_METRICS,
+    API_GATEWAY_REST_PER_MILLION,
     CACHE_NODE_HOUR,
+    CLOUDFRONT_HTTPS_PER_10K,
+    CLOUDFRONT_OUT_PER_GB,
     HOURS_PER_MONTH,
     HUNDRED_THOUSAND,
     IDLE_PUMP_RUN_S,
+    INTERNET_OUT_PER_GB,
     LAMBDA_PER_GB_SECOND,
     LAMBDA_PER_MILLION,
     SERVERLESS_GB_HOUR,
@@ -41,6 +47,29 @@ def test_the_web_acl_costs_its_fees_idle_and_its_price_for_every_request_of_a_sa
     with_waf, without = sale_cost(load), sale_cost(load, Deployment(waf_rules=0))
     assert with_waf["waf"] == pytest.approx(6 * WAF_PER_MILLION) and without["waf"] == 0
     assert with_waf["total"] == pytest.approx(without["total"] + 6 * WAF_PER_MILLION)
+
+
+def test_behind_the_edge_cloudfront_bills_every_request_and_the_gateway_only_those_that_pass():
+    # Issue 39's edge line: the edge answers 9 million reads of /line from its cache, 1 million requests reach the API.
+    load = SaleLoad(
+        api_requests=1_000_000,
+        authorizer_calls=10_000,
+        handler_seconds=15_000,
+        duration_s=2000,
+        behind_edge=True,
+        edge_requests=9_000_000,
+        bytes_out=20e9,
+    )
+    cost = sale_cost(load)
+    assert cost["cloudfront_requests"] == pytest.approx(10_000_000 / 1e4 * CLOUDFRONT_HTTPS_PER_10K)
+    assert cost["api_gateway"] == pytest.approx(API_GATEWAY_REST_PER_MILLION)
+    assert cost["data_out"] == pytest.approx(20 * CLOUDFRONT_OUT_PER_GB)
+    # Without the distribution the gateway answers the internet itself, at EC2's price.
+    direct = sale_cost(replace(load, behind_edge=False, edge_requests=0))
+    assert direct["cloudfront_requests"] == 0 and direct["data_out"] == pytest.approx(20 * INTERNET_OUT_PER_GB)
+    # A web ACL on the stage inspects what reaches the gateway; on the distribution, the edge's answers too.
+    assert cost["waf"] == pytest.approx(WAF_PER_MILLION)
+    assert sale_cost(load, Deployment(waf_at_edge=True))["waf"] == pytest.approx(10 * WAF_PER_MILLION)
 
 
 def test_the_serverless_cache_idles_at_its_storage_floor_and_a_sale_costs_about_the_same():

@@ -61,6 +61,17 @@ WAF_WEB_ACL_PER_MONTH = 5.00
 WAF_RULE_PER_MONTH = 1.00
 WAF_PER_MILLION = 0.60
 
+# CloudFront, pay as you go, at its edge locations in the United States, Mexico and Canada: per 10,000 HTTPS requests
+# (HTTP costs $0.0075; Europe's HTTPS $0.0120), and per GB to the internet, the first 10 TB a month (the same in
+# Europe; the next 40 TB $0.080, so beyond 10 TB this over-states). Fetches from an AWS origin are free. The always
+# free tier (10 million requests, 1 TB a month) is not counted. Source: the CloudFront pricing page, read 2026-12-06.
+CLOUDFRONT_HTTPS_PER_10K = 0.0100
+CLOUDFRONT_OUT_PER_GB = 0.085
+# Without a distribution, API Gateway's answers leave at EC2's price to the internet, the first 10 TB a month.
+# Source: the API Gateway pricing page (data out "at the EC2 data transfer rates") and the EC2 on-demand pricing
+# page, read 2026-12-06.
+INTERNET_OUT_PER_GB = 0.09
+
 # The alarms' metrics, per cache choice (infra/*.yaml; tests/test_sale_cost.py counts them in the template).
 ALARM_METRICS = {"nodes": 27, "serverless": 23}
 # A scheduled pump run with nothing on sale: one round trip to Redis and back, billed at about 50 ms.
@@ -76,6 +87,7 @@ class Deployment:
     cache_node_type: str = "cache.r7g.large"
     cache_nodes: int = 2  # one shard, one replica
     waf_rules: int = 2  # the web ACL's rate rules (infra/edge.yaml); 0: no web ACL (EnterLimitPerIp 0)
+    waf_at_edge: bool = False  # the web ACL on the distribution (scope CLOUDFRONT): it inspects the edge's answers too
 
 
 @dataclass(frozen=True)
@@ -87,11 +99,16 @@ class SaleLoad:
     handler_seconds: float  # billed duration of every API request together
     duration_s: float
     users: int = 0  # in line at once at most (the serverless cache's storage); 0: the authorizer's calls
+    # Behind the CloudFront distribution (issue 39's edge line) every request passes the edge: those it answers from
+    # its cache (`edge_requests`) never reach the gateway, the rest pass through to it.
+    behind_edge: bool = False
+    edge_requests: int = 0
+    bytes_out: float = 0  # every answer to the shoppers, headers included: the edge's, or the gateway's without one
 
 
-# A whole sale of 100,000 users admitted at 50 a second, as the pacing model replays it
-# (`python infra/sim/pacing_model.py --users 100000`, 2026-12-02): 60.1 requests per admitted user, 2,001 s,
-# 15 ms billed per request.
+# A whole sale of 100,000 users admitted at 50 a second, every poll at the origin, as the pacing model replays it
+# (`python infra/sim/pacing_model.py --users 100000 --arrival-s 2`, 2026-12-02 and again 2026-12-06): 60.1
+# requests per admitted user, 2,001 s, 15 ms billed per request.
 HUNDRED_THOUSAND = SaleLoad(6_010_000, 100_000, 6_010_000 * 0.015, 2001, users=100_000)
 
 
@@ -109,6 +126,9 @@ def sale_cost(load: SaleLoad, deployment: Deployment = Deployment()) -> dict:
     """The sale's cost in USD, by item, and the total."""
     gb = deployment.memory_mb / 1024
     invocations = load.api_requests + load.authorizer_calls + load.duration_s / 60  # the pump: one run a minute
+    viewer_requests = load.api_requests + load.edge_requests if load.behind_edge else 0
+    inspected = viewer_requests if deployment.waf_at_edge else load.api_requests
+    out_per_gb = CLOUDFRONT_OUT_PER_GB if load.behind_edge else INTERNET_OUT_PER_GB
     # The pump runs the whole sale through; the authorizer verifies an HMAC in about a millisecond.
     gb_seconds = gb * (load.handler_seconds + load.authorizer_calls * 0.001 + load.duration_s)
     items = {
@@ -118,7 +138,9 @@ def sale_cost(load: SaleLoad, deployment: Deployment = Deployment()) -> dict:
         "cache": cache_for(load, deployment),
         "logs": load.api_requests * LOG_BYTES_PER_REQUEST / 1e9 * LOGS_PER_GB,
         "events": (load.users or load.authorizer_calls) * EVENTS_PER_USER / 1e6 * EVENTS_PER_MILLION,
-        "waf": load.api_requests / 1e6 * WAF_PER_MILLION if deployment.waf_rules else 0.0,
+        "waf": inspected / 1e6 * WAF_PER_MILLION if deployment.waf_rules else 0.0,
+        "cloudfront_requests": viewer_requests / 1e4 * CLOUDFRONT_HTTPS_PER_10K,
+        "data_out": load.bytes_out / 1e9 * out_per_gb,
     }
     return {**{name: round(usd, 4) for name, usd in items.items()}, "total": round(sum(items.values()), 4)}
 
