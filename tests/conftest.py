@@ -35,9 +35,10 @@ from chalicelib.tokens import TokenSigner  # noqa: E402
 from tests.support.redis_servers import OwnRedis, TlsRedisCluster, ValkeyCluster  # noqa: E402
 
 # Fixtures of the support modules, for every test module: tests/support/browser.py's (browser, stack, shopper,
-# target_id; the browser suites') and tests/support/observed.py's (log_lines). Loaded after this module, so
-# after the environment above; importing them starts nothing (Chromium and the local stack start in fixtures).
-pytest_plugins = ["tests.support.browser", "tests.support.observed"]
+# target_id; the browser suites'), tests/support/observed.py's (log_lines) and tests/support/edge_cache.py's
+# (edge_cache). Loaded after this module, so after the environment above; importing them starts nothing
+# (Chromium, the local stack and nginx start in fixtures).
+pytest_plugins = ["tests.support.browser", "tests.support.observed", "tests.support.edge_cache"]
 
 
 def pytest_addoption(parser):
