@@ -4,6 +4,7 @@ copy, and a shopper's own headers pass on every other route but never reach a ca
 
 import json
 import math
+import subprocess
 import threading
 import time
 import urllib.error
@@ -14,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from infra.local.edge_cache import PER_USER_HEADERS
+from infra.local.stack import LocalStack, free_port
+from tests.support.edge_cache import require_nginx
 
 CACHED = r"^/(public|private)$"  # the origin's two cached routes; /mine is a per-user route
 PUBLIC = "public, max-age=1, stale-while-revalidate=2, stale-if-error=30"
@@ -80,7 +83,7 @@ def origin():
 
 
 def call(url: str, headers: dict | None = None, body: bytes | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, headers=headers or {}, data=body, method="POST" if body else "GET")
+    request = urllib.request.Request(url, headers=headers or {}, data=body, method="GET" if body is None else "POST")
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, json.loads(answer.read())
@@ -148,3 +151,19 @@ def test_every_other_route_passes_the_shoppers_headers_and_body_and_caches_nothi
     assert [(r.method, r.cache_status, r.reached_origin) for r in edge.requests(at_least=2)] == [
         ("POST", "-", True)
     ] * 2
+
+
+def test_the_local_stack_serves_its_api_through_the_cache_with_edge(env):
+    # `infra/local/stack.py --edge`: the shopper's calls pass through the cache to the API, each counted at the origin.
+    # (The `env` fixture has put this test's Redis and key prefix in os.environ.)
+    require_nginx()
+    with LocalStack(api_port=free_port(), pump_class=None, api_output=subprocess.DEVNULL, edge=True) as stack:
+        assert stack.edge_cache.url in stack.describe()
+        entries = f"{stack.edge_cache.url}/virtual-queues/limited-drop/1/entries"
+        status, entered = call(entries, {"X-User-Id": "7", "Content-Type": "application/json"}, body=b"{}")
+        assert status == 200, entered
+        me = {"X-User-Id": "7", "X-Queue-Ticket": entered["queueTicket"]}
+        status, polled = call(entries + "/me", me)
+        assert status == 200 and polled["position"] == 1
+        assert stack.edge_cache.counts(at_least=2)["origin"] == 2
+    assert stack.edge_cache is None

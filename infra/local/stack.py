@@ -10,7 +10,8 @@ that only stalls (`CLIENT PAUSE 3000`, to rehearse an outage) has VALKEY_STALL_S
 
 Options: `--port` (the API's; default VQ_LOCAL_PORT or 8000), `--shop-port` (default: the API's + 1),
 `--stock` (units per drop or event in the demo shop), `--workers` (the API's processes), `--verbose` (the API's
-request and log lines on the terminal; else they go to build/local/api.log, so the banner stays in view).
+request and log lines on the terminal; else they go to build/local/api.log, so the banner stays in view), `--edge`
+(an HTTP cache in front of the API, as the CloudFront distribution is deployed: infra/local/edge_cache.py).
 `make run PORT=... STOCK=... VERBOSE=1` passes them. `VQ_IDENTITY=jwt` without keys of its own (VQ_JWKS,
 VQ_JWKS_URL) runs the shoppers' routes in jwt mode against a throwaway identity provider whose sign-in the demo
 shop serves (infra/local/dev_login.py).
@@ -45,6 +46,7 @@ from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import QueueStore  # noqa: E402
 from infra.local.demo_shop import DemoShop, ShopProcess  # noqa: E402
 from infra.local.dev_login import DevLogin  # noqa: E402
+from infra.local.edge_cache import EdgeCache  # noqa: E402
 
 DEFAULT_STOCK = 100
 API_LOG = ROOT / "build" / "local" / "api.log"
@@ -77,6 +79,7 @@ class LocalStack:
         api_output: IO | None = None,
         api_workers: int | None = None,
         shop_options: Mapping[str, object] | None = None,
+        edge: bool = False,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.api_port = api_port
@@ -88,6 +91,8 @@ class LocalStack:
         # More of DemoShop's knobs (says_sold_out, capacity_per_s), and own_process: run it as a ShopProcess.
         self.shop_options = dict(shop_options or {})
         self.api_url = f"http://127.0.0.1:{api_port}"
+        self.edge = edge
+        self.edge_cache: EdgeCache | None = None  # started with `edge`: its url serves the API through the cache
         self.valkey = None
         # jwt mode with no keys given: the local identity provider (its sign-in at the demo shop's /login).
         wants_login = self.env.get("VQ_IDENTITY") == "jwt" and not (
@@ -166,10 +171,15 @@ class LocalStack:
             stderr=None if self.api_output is None else subprocess.STDOUT,
         )
         wait_until_up(self.api_url + READY_PATH, self.api)
+        if self.edge:
+            self.edge_cache = EdgeCache(self.api_url).start()
 
     def stop(self) -> None:
         """Stop everything that was started (safe to call twice)."""
         self._stopping.set()
+        if self.edge_cache is not None:
+            self.edge_cache.stop()
+            self.edge_cache = None
         if self.api is not None and self.api.poll() is None:
             os.killpg(self.api.pid, signal.SIGTERM)
             try:
@@ -188,9 +198,11 @@ class LocalStack:
             self.valkey = None
 
     def failure(self) -> str | None:
-        """What has died under the running stack (the API, or the embedded Valkey), or None."""
+        """What has died under the running stack (the API, the edge cache, or the embedded Valkey), or None."""
         if self.api is not None and self.api.poll() is not None:
             return f"the API exited with code {self.api.returncode}"
+        if self.edge_cache is not None and self.edge_cache.process.poll() is not None:
+            return f"the edge cache (nginx) exited with code {self.edge_cache.process.returncode}"
         if self.valkey is not None:
             return self._valkey_failure()
         return None
@@ -229,6 +241,8 @@ class LocalStack:
             ("Events", _shown(s.events_file) if s.events_file else "off (VQ_EVENTS_FILE)", "one JSON line each"),
             ("Request logs", _shown(log) if log else "on this terminal", "VERBOSE=1 shows them here" if log else ""),
         ]
+        if self.edge_cache is not None:
+            rows.insert(4, ("Edge cache", self.edge_cache.url, "the API through nginx: /line cached, the rest not"))
         width = max(len(value) for _, value, _ in rows)
         lines = [f"  {name:<13} {value:<{width}}   {note}".rstrip() for name, value, note in rows]
         return "\nvirtual-queue is running:\n\n" + "\n".join(lines) + "\n\nCtrl-C stops everything.\n"
@@ -288,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stock", type=int, default=DEFAULT_STOCK, help="units per drop or event in the demo shop")
     parser.add_argument("--workers", type=int, help="the API's worker processes (default: two per core)")
     parser.add_argument("--verbose", action="store_true", help=f"request logs here, not in {API_LOG}")
+    parser.add_argument("--edge", action="store_true", help="serve the API through an HTTP cache too (nginx)")
     args = parser.parse_args(argv)
     # Both, explicitly: a shell script that starts this in the background makes it ignore SIGINT.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -301,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         stock=args.stock,
         api_workers=args.workers,
         api_output=log,
+        edge=args.edge,
     )
     try:
         stack.start()
