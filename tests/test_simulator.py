@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from infra.local.stack import ROOT
+from tests.support.edge_cache import require_nginx
 
 
 @pytest.mark.slow
@@ -58,6 +59,26 @@ def test_5000_user_burst_keeps_the_shop_to_the_rate_and_never_oversells(env, pre
     assert (tmp_path / "plot.png").stat().st_size > 10_000
     # The crowd called the app in its own processes, as Lambda does; the report says so.
     assert report["parameters"]["transport"] == "inproc" and "transport inproc" in run.stdout
+
+
+@pytest.mark.slow
+def test_through_the_edge_cache_the_report_counts_origin_requests_apart_from_the_edges(env, prefix, tmp_path):
+    require_nginx()
+    command = [
+        sys.executable,
+        str(ROOT / "infra" / "sim" / "simulate.py"),
+        *("--users", "300", "--stock", "200", "--edge", "--out", str(tmp_path), "--key-prefix", prefix),
+        "--no-progress",
+    ]
+    run = subprocess.run(command, cwd=ROOT, env=os.environ, capture_output=True, text=True, timeout=300)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["parameters"]["transport"] == "http" and "through the edge cache" in run.stdout
+    edge = report["edge"]
+    # Today's clients poll only their own routes, which the cache passes through: every request reached the origin,
+    # counted from the cache's log as the crowd counted it.
+    assert edge["origin"]["requests"] == report["api"]["requests"] and edge["edge"]["requests"] == 0
+    assert edge["origin"]["by_kind"]["enter"] == 300 and set(edge["by_cache_status"]) == {"-"}
+    assert report["ok"] and run.returncode == 0, run.stdout
 
 
 @pytest.mark.slow

@@ -134,6 +134,7 @@ def analyse(options, sale) -> dict:
         ),
         "checks": checks,
         "targets": _targets(load, notice["notice_s"]),
+        "edge": _edge(getattr(sale, "edge", None), started, seconds, len(seen)),
         "ok": all(checks.values()),
     }
 
@@ -431,6 +432,38 @@ def _load(users, api, ticks, started, seconds, admitted, sold_out_at: float | No
     }
 
 
+def _edge(requests: list | None, started: float, seconds: int, admitted: int) -> dict | None:
+    """With --edge: the requests that reached the origin (API Gateway, deployed) apart from those the cache answered,
+    from the cache's own log; by kind, per admitted user, per second."""
+    if requests is None:
+        return None
+
+    def kind(request) -> str:
+        path = request.path
+        if path.endswith("/line"):
+            return "line"
+        if path == ENTRIES + "/me":
+            return "status" if request.method == "GET" else "leave"
+        return {ENTRIES: "enter", PURCHASE: "purchase"}.get(path, "other")
+
+    figures: dict = {
+        "meaning": "requests through the local HTTP cache (infra/local/edge_cache.py): origin, those that reached "
+        "the API (a miss, an expired or uncached route, a background update); edge, those the cache answered"
+    }
+    for where in ("origin", "edge"):
+        mine = [r for r in requests if r.reached_origin == (where == "origin")]
+        per_second = _per_second((r.at for r in mine), started, seconds)
+        figures[where] = {
+            "requests": len(mine),
+            "by_kind": dict(Counter(kind(r) for r in mine)),
+            "per_admitted_user": round(len(mine) / admitted, 2) if admitted else None,
+            "peak_per_s": max(per_second, default=0),
+            "mean_per_s": round(len(mine) / max(1, seconds), 1),
+        }
+    figures["by_cache_status"] = dict(Counter(r.cache_status for r in requests))
+    return figures
+
+
 def _costs(load: dict, latency: dict, duration: float) -> dict:
     """The sale at list prices, paced and with the fixed poll. A request is billed as long as its median
     latency here (an upper bound: that includes this machine's loopback and queueing)."""
@@ -567,6 +600,16 @@ def eta_lines(accuracy: dict) -> str:
     return "\n".join(lines)
 
 
+def edge_line(edge: dict) -> str:
+    """The origin's requests against the edge's, as the summary prints them (--edge)."""
+    origin, cache = edge["origin"], edge["edge"]
+    return (
+        f"  edge        origin {origin['requests']} requests ({origin['per_admitted_user']} per admitted user; "
+        f"peak {origin['peak_per_s']}/s, mean {origin['mean_per_s']}/s), the cache {cache['requests']} (peak "
+        f"{cache['peak_per_s']}/s); origin by kind {origin['by_kind']}; by cache status {edge['by_cache_status']}"
+    )
+
+
 def summary(report: dict, out: Path) -> str:
     u, a, s, o = report["users"], report["admissions"], report["shop"], report["oversells"]
     e, n = report["eta_error_s"], report["notice_s"]
@@ -590,7 +633,8 @@ def summary(report: dict, out: Path) -> str:
             f"{u['total']} users against {report['parameters']['target']}: {a['target_per_tick']} admitted every "
             f"{report['parameters']['tick_ms']} ms ({s['target_per_s']:g}/s), heartbeat "
             f"{report['parameters']['heartbeat_timeout_s']} s; run took {report['duration_s']} s; "
-            f"transport {report['parameters']['transport']} ({TRANSPORTS[report['parameters']['transport']]})",
+            f"transport {report['parameters']['transport']} ({TRANSPORTS[report['parameters']['transport']]}"
+            + (", through the edge cache)" if report.get("edge") else ")"),
             f"  users       {u['admitted']} admitted ({u['kept_polling']} kept polling); {outcomes}; "
             f"{u['queue_full_retries']} queue-full retries, {u['reentries']} re-entries, {a['evicted']} evicted",
             f"  admissions  {a['ticks_with_users_waiting']} ticks with users waiting admitted "
@@ -633,6 +677,7 @@ def summary(report: dict, out: Path) -> str:
                 if m["requests_per_s_at_that_cost"]
                 else ""
             ),
+            *([edge_line(report["edge"])] if report.get("edge") else []),
             entry_figures.summary_line(report["entry"]),
             sale_figures.summary_lines(report["sold_out"], report["shop_load"]),
             f"  targets     {targets}",

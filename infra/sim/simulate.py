@@ -99,9 +99,15 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--transport",
         choices=("inproc", "http"),
-        default="inproc",
-        help="inproc: the crowd's processes call the app as Lambda does (API Gateway's event, no "
+        help="inproc (default): the crowd's processes call the app as Lambda does (API Gateway's event, no "
         "HTTP server); http: every call goes to the local API over HTTP (purchases always do)",
+    )
+    parser.add_argument(
+        "--edge",
+        action="store_true",
+        help="every call over HTTP through an HTTP cache in front of the local API, as the CloudFront "
+        "distribution is deployed (infra/local/edge_cache.py; implies --transport http); the report counts the "
+        "requests that reached the origin apart from those the cache answered",
     )
     parser.add_argument(
         "--crowd-processes",
@@ -140,6 +146,9 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "simulation")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     options = parser.parse_args(argv)
+    if options.edge and options.transport == "inproc":
+        parser.error("--edge sends every call over HTTP through the cache: it takes --transport http")
+    options.transport = options.transport or ("http" if options.edge else "inproc")
     options.phases = _phases(parser, options.arrivals)
     if options.phases:
         options.users = sum(round(rate * seconds) for rate, seconds in options.phases)
@@ -752,6 +761,7 @@ class Sale:
     finished: float
     cpu_s: dict
     stats: dict | None = None  # the target's stats as the API answered them at the end
+    edge: list | None = None  # with --edge: every request the cache answered (infra/local/edge_cache.Request)
 
 
 def run_sale(
@@ -789,6 +799,7 @@ def run_sale(
             api_output=api_log,
             api_workers=options.workers,
             shop_options=shop_options(options),
+            edge=options.edge,
         ) as stack,
     ):
         configure_target(stack.api_url, options)
@@ -797,7 +808,7 @@ def run_sale(
         if options.transport == "inproc":
             started, api = run_crowd_in_process(users, stack, options, journey, on_start)
         else:
-            api = Api(stack.api_url, options.threads)
+            api = Api(stack.edge_cache.url if stack.edge_cache else stack.api_url, options.threads)
             # The simulator reads the seq in each user's ticket, to know when the pump let them in.
             signer = TokenSigner(stack.settings.keyring)
             started = asyncio.run(run_crowd(users, api, stack.pump, signer, options, journey, on_start))
@@ -811,7 +822,9 @@ def run_sale(
             else {"the app (the local API)": None, "Redis": redis_cpu, "the pump and the crowd": own_cpu}
         )
         stats = target_stats(stack.api_url)
-        return Sale(users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished, cpu_s, stats)
+        answered = sum(len(values) for values in api.latencies.values())
+        edge = stack.edge_cache.requests(at_least=answered) if stack.edge_cache else None
+        return Sale(users, api, stack.pump, stack.shop.summary(), stack.settings, started, finished, cpu_s, stats, edge)
 
 
 def main(argv: list[str] | None = None) -> int:
