@@ -31,6 +31,7 @@ tests/test_pacing_model.py shows the two agree on a smaller crowd.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -43,7 +44,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalicelib import polling  # noqa: E402
-from infra.sim.sale_cost import SaleLoad, sale_cost  # noqa: E402
+from infra.sim.sale_cost import (  # noqa: E402
+    CLOUDFRONT_HTTPS_PER_10K,
+    CLOUDFRONT_OUT_PER_GB,
+    Deployment,
+    SaleLoad,
+    sale_cost,
+)
 
 FIXED_POLL_S = 2.5  # what the waiting-room page did before the server paced it: the comparison
 HANDLER_S = 0.015  # a request's billed Lambda duration, as measured locally (docs/capacity.md)
@@ -286,9 +293,11 @@ class Walk:
         self.sold_out_delay[users[straddle]] = after[straddle] - at + stale
 
 
-def model(sale: Sale, protocol: Protocol, exact: bool = False, seed: int = 7) -> dict:
-    """The whole sale under `protocol`: its figures (see `summary`). A sold out is heard of as if it came halfway
-    through the line's drain."""
+def model(
+    sale: Sale, protocol: Protocol, exact: bool = False, seed: int = 7, deployment: Deployment | None = None
+) -> dict:
+    """The whole sale under `protocol`: its figures (see `summary`), priced on `deployment`. A sold out is heard of
+    as if it came halfway through the line's drain."""
     if sale.users / sale.arrivals_s < sale.rate:
         raise ValueError("the model needs arrivals at least as fast as the admission rate")
     rng = np.random.default_rng(seed)
@@ -300,10 +309,10 @@ def model(sale: Sale, protocol: Protocol, exact: bool = False, seed: int = 7) ->
         seq = np.arange(first, min(sale.users + 1, first + CHUNK), dtype=np.float64)
         parts.append(Walk(sale, protocol, series, rng, exact).run(seq, sold_out_at))
     per_user = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-    return summary(sale, protocol, series, per_user)
+    return summary(sale, protocol, series, per_user, deployment or Deployment())
 
 
-def summary(sale: Sale, protocol: Protocol, series: Series, per_user: dict) -> dict:
+def summary(sale: Sale, protocol: Protocol, series: Series, per_user: dict, deployment: Deployment) -> dict:
     """Origin and edge requests (totals, per admitted user, per second: peak and mean), the target's Redis CPU, the
     concurrent Lambdas, how soon users heard of their turn and of a sold out, and the sale's cost."""
     total = sum(series.by_kind.values())
@@ -340,7 +349,8 @@ def summary(sale: Sale, protocol: Protocol, series: Series, per_user: dict) -> d
             behind_edge=protocol.edge,
             edge_requests=round(edge_hits),
             bytes_out=float(bytes_out),
-        )
+        ),
+        deployment,
     )
     delay, far = per_user["sold_out_delay"], per_user["far"]
     heard = {"far back": delay[far], "inside the window": delay[~far & ~np.isnan(delay)]}
@@ -416,17 +426,26 @@ def size_table(figures: list[dict]) -> str:
 def cap_table(figures: list[dict]) -> str:
     """The cap on the gap between /line reads: what it costs against how late a far-back shopper hears of a sold
     out (or a pause)."""
+    per_read = CLOUDFRONT_HTTPS_PER_10K / 1e4 + ANSWER_BYTES["line"] / 1e9 * CLOUDFRONT_OUT_PER_GB
     rows = [
         [
             f"{f['cap_s']:g} s",
             f"{f['edge_requests']:,}",
+            f"${f['edge_requests'] * per_read:,.2f}",
             f"${f['cost_usd']['cloudfront_requests'] + f['cost_usd']['data_out']:,.2f}",
             f"${f['cost_usd']['total']:,.2f}",
             _heard(f, "far back"),
         ]
         for f in figures
     ]
-    header = ["cap", "edge requests", "CloudFront and data out", "the sale", "sold out heard far back: p95 / max"]
+    header = [
+        "cap",
+        "reads of /line",
+        "the reads at the edge",
+        "CloudFront and data out, all requests",
+        "the sale",
+        "sold out heard far back: p95 / max",
+    ]
     return _table(header, rows)
 
 
@@ -450,24 +469,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window-s", type=float, default=120.0, help="VQ_PRESENCE_WINDOW_S")
     parser.add_argument("--line-cap-s", type=float, default=120.0, help="the longest gap between two reads of /line")
     parser.add_argument("--exact", action="store_true", help="walk every event (slow beyond a few 100,000 users)")
+    parser.add_argument("--seed", type=int, default=7, help="the clients' jitter")
+    parser.add_argument("--waf-at-edge", action="store_true", help="price the web ACL on the distribution")
+    parser.add_argument("--json", type=Path, help="also write every figure here (the cost by item among them)")
     args = parser.parse_args(argv)
     edge = Protocol(edge=True, window_s=args.window_s, line_cap_s=args.line_cap_s)
 
     def run(users: int, protocol: Protocol) -> dict:
         sale = Sale(users, args.rate, args.tick_s, args.arrival_s, args.heartbeat_timeout_s)
-        return model(sale, protocol, args.exact) | {"cap_s": protocol.line_cap_s}
+        deployment = Deployment(waf_at_edge=args.waf_at_edge)
+        return model(sale, protocol, args.exact, args.seed, deployment) | {"cap_s": protocol.line_cap_s}
 
     command = "python infra/sim/pacing_model.py " + " ".join(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     print(f"The pacing model, {datetime.now(UTC):%Y-%m-%d}: {command.strip()}")
     print(f"{args.rate:g} admitted a second, heartbeat {args.heartbeat_timeout_s} s, window {args.window_s:g} s")
     if args.caps:
-        print(cap_table([run(args.users, replace(edge, line_cap_s=cap)) for cap in args.caps]))
+        figures = [run(args.users, replace(edge, line_cap_s=cap)) for cap in args.caps]
+        print(cap_table(figures))
     elif args.sizes:
-        print(size_table([run(users, protocol) for users in args.sizes for protocol in (TODAY, edge)]))
+        figures = [run(users, protocol) for users in args.sizes for protocol in (TODAY, edge)]
+        print(size_table(figures))
     else:
-        print(comparison([run(args.users, protocol) for protocol in (TODAY, edge)]))
+        figures = [run(args.users, protocol) for protocol in (TODAY, edge)]
+        print(comparison(figures))
     print(f"({time.monotonic() - started:.0f} s)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": command.strip(), "figures": figures}, indent=1))
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def sale_cost(load: SaleLoad, deployment: Deployment = Deployment()) -> dict:
     gb = deployment.memory_mb / 1024
     invocations = load.api_requests + load.authorizer_calls + load.duration_s / 60  # the pump: one run a minute
     viewer_requests = load.api_requests + load.edge_requests if load.behind_edge else 0
-    inspected = viewer_requests if deployment.waf_at_edge else load.api_requests
+    inspected = viewer_requests if deployment.waf_at_edge and load.behind_edge else load.api_requests
     out_per_gb = CLOUDFRONT_OUT_PER_GB if load.behind_edge else INTERNET_OUT_PER_GB
     # The pump runs the whole sale through; the authorizer verifies an HMAC in about a millisecond.
     gb_seconds = gb * (load.handler_seconds + load.authorizer_calls * 0.001 + load.duration_s)
