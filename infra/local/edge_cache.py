@@ -87,16 +87,24 @@ class EdgeCache:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        try:
+            self._wait_until_listening(error_log)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_listening(self, error_log: Path) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"nginx exited with {self.process.returncode}: {error_log.read_text()[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
+                return
             except OSError:
                 time.sleep(0.05)
-        self.stop()
         raise RuntimeError(f"nginx did not listen on {self.port} within {STARTUP_S:g} s")
 
     def stop(self) -> None:
@@ -128,7 +136,8 @@ class EdgeCache:
             time.sleep(0.02)
         rows = []
         for line in lines:
-            at, method, path, status, cache_status, upstream = line.split(" ")
+            at, method, uri, status, cache_status, upstream = line.split(" ")
+            path = uri.partition("?")[0]
             rows.append(Request(float(at), method, path, int(status), cache_status, upstream != "-"))
         return rows
 
@@ -161,7 +170,7 @@ http {{
     scgi_temp_path {d}/scgi;
     # A background update is a subrequest: logged too, it is the one that reached the origin.
     log_subrequest on;
-    log_format edge '$msec $request_method $uri $status $upstream_cache_status '
+    log_format edge '$msec $request_method $request_uri $status $upstream_cache_status '
                     '${{upstream_addr}}';
     access_log {d}/access.log edge;
     proxy_cache_path {d}/cache levels=1:2 keys_zone=edge:10m max_size=100m inactive=10m use_temp_path=off;
