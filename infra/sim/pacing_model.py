@@ -5,7 +5,8 @@ whole sale with the clients' pacing rules alone, the line moving exactly at its 
 abandonment, no latency), for either protocol (docs/capacity.md):
 
 - `origin`, today's: every waiting client polls its own status at the origin (API Gateway, Lambda, the target's
-  Redis core) when the server's `pollAfterMs` says (chalicelib/polling.py, whose very rule is replayed here).
+  Redis core) when the server's `pollAfterMs` says (chalicelib/polling.py's rule on its constants, for many
+  clients at once: `advice_s`, which tests/test_pacing_model.py checks against it).
 - `edge`, issue 39's: a client further than the presence window from its turn reads only the line's public state
   (`GET .../line`) from the edge, after a share of its remaining wait, at most `line_cap_s` apart and never past the
   moment its ETA reaches the window; from then on it polls its status at the origin as today. The edge answers
@@ -15,7 +16,7 @@ It counts requests by kind and by second, at the origin and at the edge, and fro
 the edge's, the target's Redis CPU, the concurrent Lambdas, how soon users hear of their turn and of a sold out,
 and the sale's cost at list prices (infra/sim/sale_cost.py).
 
-How it counts 10,000,000 users in minutes. Every user is walked event by event, all users of a chunk at once
+How it counts 10,000,000 users in about a minute. Every user is walked event by event, all users of a chunk at once
 (numpy), except where a client's gap is its cap, far from the front: there every client asks at the same jittered
 interval, a renewal process whose events need no walking. After AGGREGATE_AFTER such events walked (so that the
 waves of a burst's first polls are walked, not smoothed), a user's further capped events are counted, their
