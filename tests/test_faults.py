@@ -9,23 +9,20 @@ one place per lifetime of the data, and nobody is admitted while someone behind 
 
 from __future__ import annotations
 
-import random
-import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import pytest
 
 from chalicelib import runtime
 from chalicelib.errors import QueueError
 from chalicelib.pump import Pump
-from chalicelib.purchase import PurchaseRequest
 from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 from tests.support.buying import request_for
+from tests.support.load import Load, Run, between
 from tests.support.redis_servers import OwnRedis
 
 pytestmark = pytest.mark.faults
@@ -38,151 +35,6 @@ THREADS = 6
 TARGETS = (Target("limited-drop", 42), Target("ticketing-event", 7))
 # Answers that prove Redis took part (a fail-open answer is DIRECT_ADMITTED).
 FROM_REDIS = {"WAITING", "ADMITTED", "NOT_IN_QUEUE", "QUEUE_FULL"}
-
-
-@dataclass
-class Call:
-    """One call a virtual user made, and what it answered."""
-
-    op: str
-    target: Target
-    user: int
-    started: float
-    took: float = 0.0
-    status: int = 200
-    answer: str | None = None  # the entry's status, or the error code
-    seq: int | None = None  # the seq of the ticket the user held
-    token_id: str | None = None
-    error: str | None = None  # an exception that is not a QueueError: a 500
-
-
-@dataclass
-class VirtualUser:
-    target: Target
-    user: int
-    state: str = "new"  # new -> waiting -> holding -> done
-    ticket: str | None = None
-    seq: int | None = None
-    token: object = None
-
-
-@dataclass
-class Run:
-    """What a load run saw: every call, the fault's timeline, the pump's totals."""
-
-    calls: list[Call] = field(default_factory=list)
-    fault_at: float = 0.0
-    healing_at: float = 0.0  # heal() began: a restarted server may answer from here on
-    healed_at: float = 0.0
-    resumed_at: float | None = None
-    pump_admitted_after_heal: int = 0
-    pump_admitted: int = 0  # over the whole run
-    pump_errors: int = 0
-    failures: list[BaseException] = field(default_factory=list)
-
-
-class Load:
-    """THREADS workers, each with a crowd of virtual users of its own, and one admission pump, until stopped."""
-
-    def __init__(self, room, gate, pump: Pump, users_per_thread: int = 50) -> None:
-        self.room, self.gate, self.pump = room, gate, pump
-        self.users_per_thread = users_per_thread
-        self.stop = threading.Event()
-        self.run = Run()
-        self.lock = threading.Lock()  # over run.calls
-        self._threads = [threading.Thread(target=self._worker, args=(i,)) for i in range(THREADS)]
-        self._threads.append(threading.Thread(target=self._pump))
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
-        assert not any(thread.is_alive() for thread in self._threads), "a load thread hung"
-
-    def _worker(self, index: int) -> None:
-        rng = random.Random(index)
-        ids = iter(range(index * 1_000_000 + 1, (index + 1) * 1_000_000))
-        # A steady crowd: whoever is done (bought or left) makes room for a newcomer.
-        users = [VirtualUser(TARGETS[n % len(TARGETS)], next(ids)) for n in range(self.users_per_thread)]
-        try:
-            while not self.stop.is_set():
-                slot = rng.randrange(len(users))
-                call = self._step(users[slot], rng)
-                if users[slot].state == "done":
-                    users[slot] = VirtualUser(users[slot].target, next(ids))
-                with self.lock:
-                    self.run.calls.append(call)
-                time.sleep(0.002)
-        except BaseException as err:  # noqa: BLE001 (the test must see it)
-            self.run.failures.append(err)
-
-    def _pump(self) -> None:
-        try:
-            result = self.pump.run(remaining_ms=lambda: 0 if self.stop.is_set() else 3_600_000.0)
-            self.run.pump_errors = result.errors
-        except BaseException as err:  # noqa: BLE001
-            self.run.failures.append(err)
-
-    def _step(self, u: VirtualUser, rng: random.Random) -> Call:
-        if u.state == "new":
-            op = "enter"
-        elif u.state == "waiting":
-            op = "leave" if rng.random() < 0.03 else "status"
-        else:
-            op = "buy"
-        call = Call(op, u.target, u.user, time.monotonic(), seq=u.seq)
-        try:
-            if op == "enter":
-                self._took_place(u, call, self.room.enter(u.target, str(u.user)))
-            elif op == "status":
-                self._took_place(u, call, self.room.status(u.target, str(u.user), u.ticket))
-            elif op == "leave":
-                u.state = "done"  # gone either way: a leave Redis did not confirm may still have happened
-                self.room.leave(u.target, str(u.user), u.ticket)
-                call.status = 204
-            else:
-                call.token_id = u.token.token_id
-                answer = self.gate.purchase(
-                    PurchaseRequest(
-                        target_type=u.target.type,
-                        target_id=str(u.target.id),
-                        entry_token=u.token.text,
-                        user_id=str(u.user),
-                        authorizer=None,
-                        body=b'{"sku":"x"}',
-                        content_type="application/json",
-                    )
-                )
-                call.status = answer.status
-                if answer.status < 500:
-                    u.state = "done"
-        except QueueError as err:
-            call.status, call.answer = err.status, err.code
-            if err.code == "NOT_IN_QUEUE":  # the data was lost, or the user was evicted: enter again
-                u.state, u.ticket, u.seq = "new", None, None
-            if err.status in (429, 503) and "Retry-After" not in err.headers:
-                call.error = f"{err.code} without Retry-After"
-        except Exception as err:  # noqa: BLE001 (anything else would be a 500)
-            call.status, call.error = 500, repr(err)
-        call.took = time.monotonic() - call.started
-        return call
-
-    @staticmethod
-    def _took_place(u: VirtualUser, call: Call, entry) -> None:
-        call.answer = entry.status
-        if entry.queue_ticket:
-            u.ticket, u.seq = entry.queue_ticket, runtime.signer().read_ticket(entry.queue_ticket).seq
-            call.seq = u.seq
-        if entry.status == "WAITING":
-            u.state = "waiting" if u.ticket else "new"
-        elif entry.status in ("ADMITTED", "DIRECT_ADMITTED"):
-            u.state, u.token = "holding", entry.entry_token
-            call.token_id = entry.entry_token.token_id
 
 
 class RecordingStore(QueueStore):
@@ -220,7 +72,7 @@ def run_load(env, redis: OwnRedis, fault, heal, fault_s: float = 1.5) -> Run:
     )
     settings = runtime.settings()
     pump_store = RecordingStore(connect(redis.url), settings.key_prefix)
-    load = Load(runtime.waiting_room(), runtime.purchase_gate(), Pump(pump_store, settings))
+    load = Load([(runtime.waiting_room(), runtime.purchase_gate())], Pump(pump_store, settings), TARGETS, THREADS)
     run = load.run
     with load:
         time.sleep(0.8)
@@ -241,10 +93,6 @@ def run_load(env, redis: OwnRedis, fault, heal, fault_s: float = 1.5) -> Run:
     run.pump_admitted_after_heal = sum(n for at, n in pump_store.admissions if at > run.healed_at)
     run.pump_admitted = sum(n for _, n in pump_store.admissions)
     return run
-
-
-def between(calls, start, end):
-    return [c for c in calls if start <= c.started < end]
 
 
 def assert_served_through_the_fault(run: Run) -> None:
