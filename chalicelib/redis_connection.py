@@ -13,7 +13,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.connection import Connection, Encoder
 from redis.credentials import CredentialProvider
-from redis.exceptions import RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException
 from redis.lock import Lock
 from redis.retry import Retry
 
@@ -106,6 +106,9 @@ class _ConnectionPerThread(redis.Redis):
     def connection(self, connection: Connection | None) -> None:
         self._thread_local.connection = connection
 
+    def lock(self, name: str, **options: Any) -> Lock:  # type: ignore[override]  # redis-py's options, by name
+        return _Lock(self, name, **options)
+
     def execute_command(self, *args: Any, **options: Any) -> Any:
         connection = self.connection
         if connection is None:
@@ -140,12 +143,7 @@ class _ClusterOnFirstUse:
         self._client: redis.RedisCluster | None = None
 
     def lock(self, name: str, **options: Any) -> Lock:
-        return Lock(self, name, **options)
-
-    # A process's first Lock registers redis-py's lock scripts on this client: registering (a hash of the text)
-    # needs no node, so it must not build the cluster client (the pump would not start while the cluster hangs).
-    def register_script(self, script: str) -> Script:
-        return Script(cast(redis.RedisCluster, self), script)  # it answers what a RedisCluster would
+        return _Lock(cast(redis.RedisCluster, self), name, **options)  # it answers what a RedisCluster would
 
     def get_encoder(self) -> Encoder:
         options = self._options
@@ -169,3 +167,34 @@ class _ClusterOnFirstUse:
             except RedisClusterException as err:
                 raise redis.ConnectionError(str(err)) from None
         return self._client
+
+
+class _Lock(Lock):
+    """redis-py's Lock (the pump lock) with scripts run from their text where a node does not hold them. redis-py's
+    would load a lost script on every primary first: one primary failing over would stop the pump on any node."""
+
+    # Its own, not those another client registered for Lock (typed None there).
+    lua_release: Script | None = None  # type: ignore[assignment]
+    lua_extend: Script | None = None  # type: ignore[assignment]
+    lua_reacquire: Script | None = None  # type: ignore[assignment]
+
+    def register_scripts(self) -> None:
+        # Registering is hashing the text: it needs no node, so a cold start builds no cluster client here (the
+        # pump would not start while the cluster hangs).
+        cls = type(self)
+        if cls.lua_release is None:
+            cls.lua_release = _ScriptOrText(self.redis, cls.LUA_RELEASE_SCRIPT)
+            cls.lua_extend = _ScriptOrText(self.redis, cls.LUA_EXTEND_SCRIPT)
+            cls.lua_reacquire = _ScriptOrText(self.redis, cls.LUA_REACQUIRE_SCRIPT)
+
+
+class _ScriptOrText(Script):
+    """redis-py's Script, run from its text where the server does not hold it (one round trip, never a load on
+    every node first)."""
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        keys, client = list(keys or []), client or self.registered_client
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *(args or []))
+        except NoScriptError:
+            return client.eval(self.script, len(keys), *keys, *(args or []))

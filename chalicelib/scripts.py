@@ -175,7 +175,9 @@ CONTRACTS: dict[str, Contract] = {
 
 
 class Script:
-    """One script of `client`'s, called by SHA as a raw EVALSHA, its keys and arguments passed by name.
+    """One script of `client`'s, called by SHA as a raw EVALSHA, its keys and arguments passed by name; by its
+    text (EVAL) where the server answers that it does not hold it.
+
 
     redis-py's Script adds to every call a check whether its client is a pipeline (an isinstance through
     typing's Protocol machinery) and two more wrappers.
@@ -212,12 +214,13 @@ class Script:
         return keys, args
 
     def run(self, keys: tuple, args: tuple) -> Any:
-        """The script's reply; a script the server has lost (restart, failover) is loaded and called again."""
+        """The script's reply. A server that does not hold the script (restarted, failed over, or ElastiCache
+        Serverless answering NOSCRIPT now and then) runs it from its text, which also keeps it for the next calls:
+        NOSCRIPT never counts as Redis down, however often it comes."""
         try:
             return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            self.sha = self.client.script_load(self.script)
-            return self.client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            return self.client.execute_command("EVAL", self.script, len(keys), *keys, *args)
 
     def read(self, reply: Any) -> Any:
         """`reply` with its fields by name: a tagged reply as a tuple led by `tag`. ValueError for a tag or a
@@ -272,25 +275,23 @@ def load_script(client: RedisClient, name: str) -> Script:
 def run_pipelined(client: RedisClient, calls: list[Call]) -> list:
     """Script calls in one non-transactional pipeline (per node in a cluster); each answer or its error.
 
-    Scripts the server has lost (restart, failover) are loaded and only the calls they failed are sent
-    again: every pump script is safe to repeat (a tick applies once, evicting and forgetting are idempotent).
+    Calls the server answered NOSCRIPT (it lost the script, or ElastiCache Serverless forgot it) are sent again
+    by the scripts' text, and only those: every pump script is safe to repeat (a tick applies once, evicting and
+    forgetting are idempotent).
     """
     replies = _send(client, calls)
     lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-    if lost:
-        for script in {calls[i].script for i in lost}:
-            script.sha = client.script_load(script.script)
-        for i, reply in zip(lost, _send(client, [calls[i] for i in lost]), strict=True):
-            replies[i] = reply
+    for i, reply in zip(lost, _send(client, [calls[i] for i in lost], by_text=True), strict=True):
+        replies[i] = reply
     return replies
 
 
-def _send(client: RedisClient, calls: list[Call]) -> list:
+def _send(client: RedisClient, calls: list[Call], by_text: bool = False) -> list:
     if not calls:
         return []
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
-        # Raw EVALSHA: a cluster pipeline cannot load scripts (it refuses redis-py's `evalsha()`); lost scripts
-        # are loaded by `run_pipelined` instead.
-        pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        # Raw EVALSHA and EVAL: a cluster pipeline refuses redis-py's `evalsha()` and `eval()`.
+        command = ("EVAL", script.script) if by_text else ("EVALSHA", script.sha)
+        pipe.execute_command(*command, len(keys), *keys, *args)
     return pipe.execute(raise_on_error=False)

@@ -9,6 +9,9 @@ are tests/test_tls_cluster.py's.
 - The commands the queue sends are pinned: a new one fails here until it is checked against AWS's list of the
   commands serverless caches support (the ElastiCache developer guide, "Supported and restricted Valkey,
   Memcached, and Redis OSS commands").
+- Serverless is reported to answer EVALSHA `NOSCRIPT` now and then, for a script it ran a moment before: a server
+  that never holds a script (a proxy answering every EVALSHA so) is served from the scripts' text, never taken
+  for Redis down.
 """
 
 import base64
@@ -29,12 +32,14 @@ from chalicelib.scripts import CONTRACTS, load_script
 from chalicelib.store import QueueStore
 from chalicelib.target_config import iso_time, parse_config
 from chalicelib.targets import Target
+from tests.support.buying import request_for
+from tests.support.redis_servers import ForgetfulProxy
 
 DROP, SHOW, GONE = Target("limited-drop", 42), Target("ticketing-event", 7), Target("limited-drop", 43)
 SCRIPTING = {"EVALSHA", "EVAL", "SCRIPT"}
 # What the journey below sends besides scripts, as the server names them (redis-py's Lock included).
 QUEUE_COMMANDS = {
-    *("EVALSHA", "SCRIPT"),  # the scripts, loaded by SHA
+    *("EVALSHA", "EVAL", "SCRIPT"),  # the scripts: by SHA, by their text where the server lacks them
     *("GET", "SET", "HGET", "HSET", "HGETALL", "HSETNX", "SCAN", "PEXPIRE"),  # the flag, configuration, the lock
     *("ZADD", "ZCARD", "ZCOUNT", "ZRANGE", "ZREMRANGEBYSCORE"),  # the registry and the open targets
     *("XRANGE", "XDEL"),  # the outbox
@@ -138,6 +143,33 @@ def test_every_script_touches_only_the_keys_its_call_passes(env, own_redis, stri
     assert every - strict.scripts == set(), "a script was not called: extend the journey so each one is checked"
     assert strict.sent <= QUEUE_COMMANDS, strict.sent - QUEUE_COMMANDS
     assert store.breaker.fail_counter == 0  # no call was refused (a refused one would have failed open)
+
+
+@pytest.fixture
+def forgetful(own_redis):
+    proxy = ForgetfulProxy(own_redis.port)
+    yield proxy
+    proxy.close()
+
+
+def test_a_server_that_answers_noscript_to_every_evalsha_is_served_from_the_scripts_text(
+    env, origin, forgetful, capsys
+):
+    env(REDIS_URL=forgetful.url, VQ_TICK_MS=100, VQ_BATCH_SIZE=1)
+    room, gate = runtime.waiting_room(), runtime.purchase_gate()
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in (1, 2, 3)}
+    assert [room.status(DROP, str(user), ticket).position for user, ticket in tickets.items()] == [1, 2, 3]
+    room.leave(DROP, "2", tickets[2])
+    assert Pump(runtime.store(), runtime.settings()).run(ticks=1).admitted == 1  # the lock's scripts, the tick's
+    admitted = room.status(DROP, "1", tickets[1])
+    assert admitted.status == "ADMITTED"
+    assert gate.purchase(request_for(admitted.entry_token, DROP, "1")).status == 201
+    assert room.stats(DROP)["waitingCount"] == 1
+
+    assert forgetful.noscript >= 10 and forgetful.evals == forgetful.noscript  # every script call, by its text
+    assert runtime.store().breaker.fail_counter == 0
+    out = capsys.readouterr().out
+    assert '"RedisDegraded"' not in out and '"DirectAdmitted"' not in out
 
 
 def test_the_check_refuses_a_script_that_builds_a_key_name(strict):
