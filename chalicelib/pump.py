@@ -8,7 +8,7 @@ lock only keeps the work to one pump at a time.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -19,7 +19,7 @@ from chalicelib.config import Settings
 from chalicelib.events import Publisher, PublisherLoop
 from chalicelib.observability import NAMESPACE, SERVICE, count, logger
 from chalicelib.opening import open_target
-from chalicelib.redis_connection import REDIS_FAILURES
+from chalicelib.redis_connection import REDIS_FAILURES, is_cluster
 from chalicelib.store import PumpRules, QueueStore
 from chalicelib.targets import Target
 
@@ -164,7 +164,7 @@ class Pump:
         try:
             if not self._hold_lock():
                 return TickReport(held_lock=False, targets={}, errors=0)
-            nonces = self.store.registered_targets(self.rules.idle_ttl_ms)
+            nonces = self._targets()
             results = self.store.admit_and_evict_all(list(nonces), self.rules, self.seen)
         except Exception:
             # Never crash: a dead Redis or a bug costs this tick, and the next tick tries again.
@@ -183,8 +183,9 @@ class Pump:
             self._server_offset_ms = result.server_ms - self.clock() * 1000
             self._remember(target, result)
             self._emit_gauges(target, result)
-            if result.idle:
-                idle[target] = nonces[target]
+            nonce = nonces[target]
+            if result.idle and nonce is not None:
+                idle[target] = nonce
             if result.needs_draw:
                 errors += self._open(target, result.server_ms)
         # The admission rate owed to the targets with users still waiting, per tick (also when 0: a heartbeat).
@@ -227,6 +228,17 @@ class Pump:
         seen_tick, seen_mark = self.seen.get(target, (0, 0))
         self.seen[target] = (max(seen_tick, tick), max(seen_mark, result.mark))
 
+    def _targets(self) -> Mapping[Target, int | None]:
+        """The registered targets, with their registrations' nonces. While the registry's node cannot be reached (a
+        cluster node failing over), the targets this pump ticked lately, with no nonce: none is forgotten then."""
+        try:
+            return self.store.registered_targets(self.rules.idle_ttl_ms)
+        except REDIS_FAILURES:
+            if not self.seen or not is_cluster(self.store.client):
+                raise
+            logger.warning("the target registry cannot be read; ticking the targets seen before")
+            return dict.fromkeys(self.seen)
+
     def _has_work(self) -> bool:
         try:
             return self.store.pump_has_work(int(self.clock() * 1000))
@@ -252,6 +264,14 @@ class Pump:
                 # The lease ran out while this pump was frozen, and another pump may hold the lock now.
                 logger.warning("pump lock lapsed")
                 self.holding = False
+            except REDIS_FAILURES:
+                # The lock's node cannot be reached (a cluster node failing over): go on ticking the targets on the
+                # other nodes. Another pump that takes the lock meanwhile costs work, never an admission: a tick
+                # applies once. A single Redis that cannot be reached has nothing to tick.
+                if not is_cluster(self.store.client):
+                    raise
+                logger.warning("pump lock unreachable; ticking on", exc_info=True)
+                return True
         self.holding = self.lock.acquire(blocking=False)
         return self.holding
 

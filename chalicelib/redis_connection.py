@@ -4,11 +4,12 @@ timeouts, and what a failing Redis means to the queue (StoreUnavailable, StoreFu
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import pybreaker
 import redis
+from redis._parsers.commands import CommandsParser
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.connection import Connection, Encoder
@@ -134,6 +135,27 @@ def _closed_by_server(connection: Connection) -> bool:
 REDIS_FAILURES = (redis.RedisError, RedisClusterException)
 
 
+def node_names(client: RedisClient, keys: Sequence[str]) -> list[str] | None:
+    """The node serving each of `keys`, by name, as the cluster client's slot map has it now; None for a single
+    Redis (or a cluster client that has not reached the cluster yet)."""
+    cluster = _cluster_of(client)
+    if cluster is None:
+        return None
+    return [cluster.get_node_from_key(key).name for key in keys]
+
+
+def is_cluster(client: RedisClient) -> bool:
+    """Whether `client` speaks to a Redis Cluster."""
+    return isinstance(client, (_ClusterOnFirstUse, redis.RedisCluster))
+
+
+def _cluster_of(client: RedisClient) -> redis.RedisCluster | None:
+    """The RedisCluster behind `client`, if it is one and has its slot map."""
+    if isinstance(client, _ClusterOnFirstUse):
+        return client._client
+    return client if isinstance(client, redis.RedisCluster) else None
+
+
 class _ClusterOnFirstUse:
     """A RedisCluster built on its first command. Building one asks a node for the slot map, so building it up
     front would turn a cold start during an outage into an error instead of a fail-open answer."""
@@ -163,9 +185,11 @@ class _ClusterOnFirstUse:
         # requests wait out each other's connect timeouts while the cluster is down.
         if self._client is None:
             try:
-                self._client = redis.RedisCluster.from_url(self._url, **self._options)
+                client = redis.RedisCluster.from_url(self._url, **self._options)
             except RedisClusterException as err:
                 raise redis.ConnectionError(str(err)) from None
+            client.commands_parser = _ScriptKeys(client.commands_parser)
+            self._client = client
         return self._client
 
 
@@ -198,3 +222,20 @@ class _ScriptOrText(Script):
             return client.evalsha(self.sha, len(keys), *keys, *(args or []))
         except NoScriptError:
             return client.eval(self.script, len(keys), *keys, *(args or []))
+
+
+class _ScriptKeys(CommandsParser):
+    """redis-py's table of where each command's keys are, reading a script call's keys from the call itself.
+
+    For a command whose keys move (EVAL, EVALSHA) redis-py asks the cluster's default node (COMMAND GETKEYS), and
+    its cluster pipeline does so for every script it sends: one round trip more per script in a pump tick, and a
+    pump stalled for every target while that one node is down (docs/failover.md#a-node-of-a-cluster).
+    """
+
+    def __init__(self, parsed: CommandsParser) -> None:
+        self.__dict__.update(vars(parsed))  # the table the client read as it started (not read again)
+
+    def get_keys(self, redis_conn: Any, *args: Any) -> Any:
+        if str(args[0]).upper() in ("EVAL", "EVALSHA") and len(args) > 2:
+            return list(args[3 : 3 + int(args[2])])
+        return super().get_keys(redis_conn, *args)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError
 
-from chalicelib.redis_connection import RedisClient
+from chalicelib.redis_connection import REDIS_FAILURES, RedisClient, node_names
 
 # Beside chalicelib/ in the repository, and at the package root when deployed (vendor/lua links to it).
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
@@ -178,7 +178,6 @@ class Script:
     """One script of `client`'s, called by SHA as a raw EVALSHA, its keys and arguments passed by name; by its
     text (EVAL) where the server answers that it does not hold it.
 
-
     redis-py's Script adds to every call a check whether its client is a pipeline (an isinstance through
     typing's Protocol machinery) and two more wrappers.
     """
@@ -277,7 +276,7 @@ def run_pipelined(client: RedisClient, calls: list[Call]) -> list:
 
     Calls the server answered NOSCRIPT (it lost the script, or ElastiCache Serverless forgot it) are sent again
     by the scripts' text, and only those: every pump script is safe to repeat (a tick applies once, evicting and
-    forgetting are idempotent).
+    forgetting are idempotent). So is a node's share of the calls when a cluster pipeline failed as a whole.
     """
     replies = _send(client, calls)
     lost = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
@@ -289,6 +288,28 @@ def run_pipelined(client: RedisClient, calls: list[Call]) -> list:
 def _send(client: RedisClient, calls: list[Call], by_text: bool = False) -> list:
     if not calls:
         return []
+    try:
+        return _pipelined(client, calls, by_text)
+    except REDIS_FAILURES:
+        # A cluster pipeline fails whole when one node cannot be reached (redis-py connects to every node before it
+        # sends): send each node's calls on their own, so only that node's calls answer the error, and a node failing
+        # over stops no other node's targets.
+        nodes = node_names(client, [keys[0] for _, keys, _ in calls])
+        if nodes is None or len(set(nodes)) < 2:
+            raise
+    replies: list = [None] * len(calls)
+    for node in set(nodes):
+        mine = [i for i, name in enumerate(nodes) if name == node]
+        try:
+            answers = _pipelined(client, [calls[i] for i in mine], by_text)
+        except REDIS_FAILURES as err:
+            answers = [err] * len(mine)
+        for i, answer in zip(mine, answers, strict=True):
+            replies[i] = answer
+    return replies
+
+
+def _pipelined(client: RedisClient, calls: list[Call], by_text: bool) -> list:
     pipe = client.pipeline(transaction=False)
     for script, keys, args in calls:
         # Raw EVALSHA and EVAL: a cluster pipeline refuses redis-py's `evalsha()` and `eval()`.
