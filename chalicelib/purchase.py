@@ -37,7 +37,7 @@ from chalicelib.gate import check_entry, context_agrees, purchase_path, route_ta
 from chalicelib.observability import count, logger
 from chalicelib.origin import OriginAnswer, forward
 from chalicelib.outage import OutageLedger
-from chalicelib.redis_connection import StoreFull, StoreUnavailable
+from chalicelib.redis_connection import StoreMoving, StoreRefused, StoreUnavailable
 from chalicelib.shop_watch import ShopWatch
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target, parse_user_id
@@ -180,14 +180,16 @@ class PurchaseGate:
             consumption = self.store.consume(
                 token, consumption_id, int(now * 1000), self.settings.targets_open_on_first_use
             )
-        except StoreFull as err:
-            # Full is not down: without a marker there is no purchase. (Redis could not say whether the target is
-            # known: counted for the whole service, as every count made without Redis.)
-            count("RedisOutOfMemory")
-            logger.error(
-                "queue state is out of memory at purchase",
-                extra={"target": str(token.target), "reason": str(err)[:200]},
-            )
+        except StoreRefused as err:
+            # Full or moving is not down: without a marker there is no purchase. (Redis could not say whether the
+            # target is known: counted for the whole service, as every count made without Redis.)
+            reason = {"target": str(token.target), "reason": str(err)[:200]}
+            if isinstance(err, StoreMoving):
+                count("RedisSlotMoving")
+                logger.warning("the target's slot is moving at purchase", extra=reason)
+            else:
+                count("RedisOutOfMemory")
+                logger.error("queue state is out of memory at purchase", extra=reason)
             raise QueueUnavailable(self.settings.retry_after_s) from None
         except StoreUnavailable as err:
             return self._use_unrecorded(token, consumption_id, now, err)

@@ -41,7 +41,7 @@ from chalicelib.errors import (
 from chalicelib.flags import Decision, QueueSwitch
 from chalicelib.observability import Tally, count, logger
 from chalicelib.reckoning import Reckoner
-from chalicelib.redis_connection import StoreFull, StoreUnavailable
+from chalicelib.redis_connection import StoreMoving, StoreRefused, StoreUnavailable
 from chalicelib.store import Defaults, QueueStore
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig, iso_time, merge_patch
 from chalicelib.targets import Target
@@ -166,8 +166,8 @@ class WaitingRoom:
                     invited,
                 ),
             )
-        except StoreFull as err:
-            raise self._full(target, err) from None
+        except StoreRefused as err:
+            raise self._refused(target, err) from None
         except StoreUnavailable as err:
             return self._degraded(target, user_id, now, err)
         if isinstance(place, SwitchedOff):
@@ -222,8 +222,8 @@ class WaitingRoom:
                     decision,
                 ),
             )
-        except StoreFull as err:
-            raise self._full(target, err) from None
+        except StoreRefused as err:
+            raise self._refused(target, err) from None
         except StoreUnavailable as err:
             return self._reckoned(ticket, now, err)
         if isinstance(place, SwitchedOff):
@@ -540,16 +540,23 @@ class WaitingRoom:
         count("RedisDegraded")
         logger.warning("queue state unavailable", extra={"target": str(target), "reason": str(err)})
 
-    def _full(self, target: Target, err: StoreFull) -> QueueUnavailable:
-        """Redis is out of memory: refuse, never let in (and the breaker does not count it as an outage)."""
-        count("RedisOutOfMemory")
-        logger.error("queue state is out of memory; refusing", extra={"target": str(target), "reason": str(err)[:200]})
+    def _refused(self, target: Target, err: StoreRefused) -> QueueUnavailable:
+        """Redis is out of memory, or the target's slot is moving: refuse, never let in (and the breaker does not
+        count it as an outage)."""
+        if isinstance(err, StoreMoving):
+            count("RedisSlotMoving")
+            logger.warning("the target's slot is moving; refusing", extra={"target": str(target), "reason": str(err)})
+        else:
+            count("RedisOutOfMemory")
+            logger.error(
+                "queue state is out of memory; refusing", extra={"target": str(target), "reason": str(err)[:200]}
+            )
         return QueueUnavailable(self.settings.retry_after_s)
 
     def _unavailable(self, target: Target, err: StoreUnavailable) -> QueueUnavailable:
         """Record the outage and answer the 503 for a call that cannot fail open."""
-        if isinstance(err, StoreFull):
-            return self._full(target, err)
+        if isinstance(err, StoreRefused):
+            return self._refused(target, err)
         self._record_degraded(target, err)
         return QueueUnavailable(self.settings.retry_after_s)
 

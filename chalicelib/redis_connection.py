@@ -1,9 +1,17 @@
-"""The connection to Redis (or Redis Cluster): a client that fails fast, a circuit breaker that stops paying
-timeouts, and what a failing Redis means to the queue (StoreUnavailable, StoreFull)."""
+"""The connection to Redis (or Redis Cluster): a client that fails fast, circuit breakers that stop paying
+timeouts, and what a failing Redis means to the queue (StoreUnavailable, StoreFull, StoreMoving).
+
+A cluster's topology changing under a sale is not an outage (docs/architecture.md#when-redis-fails): a slot
+migrating answers TRYAGAIN, ASK or MOVED, a shard failing over refuses connections and may answer CLUSTERDOWN.
+`guarded` retries what never ran within MOVING_BUDGET_S and then refuses (StoreMoving: 503, nobody let in); only
+a node with no live copy of its data is Redis down (StoreUnavailable: the queue fails open).
+"""
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -13,31 +21,73 @@ from redis._parsers.commands import CommandsParser
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.connection import Connection, Encoder
+from redis.crc import key_slot
 from redis.credentials import CredentialProvider
-from redis.exceptions import NoScriptError, RedisClusterException
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    NoScriptError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.lock import Lock
 from redis.retry import Retry
 
 RedisClient = redis.Redis | redis.RedisCluster
 T = TypeVar("T")
 
+# How long a call keeps retrying a slot that is moving before the queue answers 503 with Retry-After. Redirections
+# (MOVED, ASK) and a key caught between two MIGRATE batches settle within milliseconds, a CLUSTERDOWN between a
+# primary's failure and its replica's promotion within about a second; a whole migration window of TRYAGAIN or a
+# failover takes seconds, which no request should wait out: it comes back after Retry-After instead. Every request
+# on a moving slot holds its Lambda this long and one more attempt (~0.1 s): at 1,000 requests/s on that target,
+# 600 more concurrent executions, of the account's 1,000 by default; far inside API Gateway's 29 s.
+MOVING_BUDGET_S = 0.5
+# Breakers kept per container in a cluster, one per slot used lately (docs/architecture.md#when-redis-fails).
+MAX_BREAKERS = 1024
+
 
 class StoreUnavailable(Exception):
     """Queue state cannot be read or written now: Redis failed, or the circuit breaker is skipping it."""
 
 
-class StoreFull(StoreUnavailable):
+class StoreRefused(StoreUnavailable):
+    """Redis holds the queue state but refuses this call for now: nobody is let in, the caller answers 503."""
+
+
+class StoreFull(StoreRefused):
     """Redis is out of memory (`noeviction`): it reads, but refuses writes. Full, not down: nobody is let in."""
+
+
+class StoreMoving(StoreRefused):
+    """The target's slot is moving to another node (a resharding) or its shard is failing over: it answers again
+    within seconds, from one node or another. Moving, not down: nobody is let in."""
+
+
+class FailingOver(redis.ConnectionError):
+    """A cluster node could not be reached, but another node of its shard answers: the cluster is promoting a
+    replica. Not retried: the call may have reached the node before it failed."""
+
+
+# What a failing Redis raises: redis-py's cluster client raises RedisClusterException (not a RedisError) when it
+# cannot reach any node to learn the slot map.
+REDIS_FAILURES = (redis.RedisError, RedisClusterException)
+# What a cluster answers while a slot moves or a shard fails over. ClusterError is CLUSTERDOWN, or redis-py giving
+# up on TRYAGAIN and redirections (_Cluster); SlotNotCoveredError a slot the client's map has no node for.
+MOVING = (ClusterError, TryAgainError, AskError, SlotNotCoveredError, FailingOver)
+# Of those, the answers given before the command ran: retrying them cannot apply a script twice.
+_NEVER_RAN = (ClusterError, TryAgainError, AskError, SlotNotCoveredError)
 
 
 class Breaker(pybreaker.CircuitBreaker):
     """pybreaker's circuit breaker without its lock around the whole guarded call: with that lock, concurrent
     calls (a threaded server) wait for each other's timeouts one after another, far past the timeout budget.
     State changes keep their own locks; at worst a few concurrent calls make the half-open trial together.
-    Out of memory is an answer, not an outage: it never opens the breaker."""
+    Out of memory and a moving slot are answers, not outages: they never open the breaker."""
 
     def __init__(self, fail_max: int, reset_timeout: float) -> None:
-        super().__init__(fail_max=fail_max, reset_timeout=reset_timeout, exclude=[redis.OutOfMemoryError])
+        super().__init__(fail_max=fail_max, reset_timeout=reset_timeout, exclude=[redis.OutOfMemoryError, *MOVING])
 
     def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         state = self.state
@@ -50,6 +100,98 @@ class Breaker(pybreaker.CircuitBreaker):
         except BaseException as err:
             state._handle_error(err, reraise=False)
             raise
+
+
+class Breakers:
+    """The circuit breakers of one container: one per slot on a cluster (a target's keys share one slot, so one per
+    target), one for a single Redis. A node that fails opens the breakers of the targets it serves, and no other
+    target fails open for it. The MAX_BREAKERS slots used last keep theirs (one forgotten starts closed again)."""
+
+    def __init__(self, fail_max: int, reset_timeout: float, per_slot: bool) -> None:
+        make = functools.partial(Breaker, fail_max=fail_max, reset_timeout=reset_timeout)
+        self._one = make()
+        self._per_slot = per_slot
+        self._of_slot: Callable[[int], Breaker] = functools.lru_cache(maxsize=MAX_BREAKERS)(lambda slot: make())
+
+    def of(self, key: str | None) -> Breaker:
+        """The breaker of the slot `key` is in (None: a call on keys of many slots, which shares one)."""
+        if not self._per_slot or key is None:
+            return self._one
+        return self._of_slot(key_slot(key.encode()))
+
+
+def guarded(client: RedisClient, breaker: Breaker, key: str | None, call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)`, a client-facing Redis call on `key`'s slot, through `breaker`; a failing Redis is a Store*:
+    StoreFull (out of memory), StoreMoving (the slot moves or its shard fails over: retried within MOVING_BUDGET_S
+    while nothing ran), StoreUnavailable (down, or skipped by the open breaker)."""
+    deadline = time.monotonic() + MOVING_BUDGET_S
+    delay_s = 0.05
+    while True:
+        try:
+            return breaker.call(_told_apart, client, key, call, *args)
+        except redis.OutOfMemoryError as err:
+            raise StoreFull(str(err)) from err
+        except _NEVER_RAN as err:
+            if not is_cluster(client):  # a cluster node behind a client not told it is one: misconfigured, down
+                raise StoreUnavailable(type(err).__name__) from err
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                raise StoreMoving(type(err).__name__) from err
+        except FailingOver as err:
+            raise StoreMoving(type(err).__name__) from err
+        except (*REDIS_FAILURES, pybreaker.CircuitBreakerError) as err:
+            raise StoreUnavailable(type(err).__name__) from err
+        time.sleep(min(delay_s, left_s))
+        delay_s = min(delay_s * 2, 0.2)
+
+
+def _told_apart(client: RedisClient, key: str | None, call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)`; a node that cannot be reached while its shard answers is FailingOver, not down."""
+    try:
+        return call(*args)
+    except (redis.ConnectionError, redis.TimeoutError) as err:
+        if key is not None and _shard_answers(client, key, getattr(err, "connection", None)):
+            raise FailingOver(str(err)) from err
+        raise
+
+
+def _shard_answers(client: RedisClient, key: str, failed: Any) -> bool:
+    """Whether a node of `key`'s shard other than `failed` (the node or connection that failed) answers a PING:
+    the data lives on, and the cluster will promote that replica, or already has."""
+    cluster = _cluster_of(client)
+    if cluster is None:
+        return False
+    failed_at = (getattr(failed, "host", None), getattr(failed, "port", None))
+    for node in cluster.nodes_manager.slots_cache.get(key_slot(key.encode()), []):
+        if (node.host, node.port) == failed_at:
+            continue
+        try:
+            if cluster.get_redis_connection(node).ping():
+                return True
+        except REDIS_FAILURES:
+            continue
+    return False
+
+
+def node_names(client: RedisClient, keys: Sequence[str]) -> list[str] | None:
+    """The node serving each of `keys`, by name, as the cluster client's slot map has it now; None for a single
+    Redis (or a cluster client that has not reached the cluster yet)."""
+    cluster = _cluster_of(client)
+    if cluster is None:
+        return None
+    return [cluster.get_node_from_key(key).name for key in keys]
+
+
+def is_cluster(client: RedisClient) -> bool:
+    """Whether `client` speaks to a Redis Cluster."""
+    return isinstance(client, (_ClusterOnFirstUse, redis.RedisCluster))
+
+
+def _cluster_of(client: RedisClient) -> redis.RedisCluster | None:
+    """The RedisCluster behind `client`, if it is one and has its slot map."""
+    if isinstance(client, _ClusterOnFirstUse):
+        return client._client
+    return client if isinstance(client, redis.RedisCluster) else None
 
 
 class SecretPassword(CredentialProvider):
@@ -130,32 +272,6 @@ def _closed_by_server(connection: Connection) -> bool:
         return True
 
 
-# What a failing Redis raises: redis-py's cluster client raises RedisClusterException (not a RedisError) when it
-# cannot reach any node to learn the slot map.
-REDIS_FAILURES = (redis.RedisError, RedisClusterException)
-
-
-def node_names(client: RedisClient, keys: Sequence[str]) -> list[str] | None:
-    """The node serving each of `keys`, by name, as the cluster client's slot map has it now; None for a single
-    Redis (or a cluster client that has not reached the cluster yet)."""
-    cluster = _cluster_of(client)
-    if cluster is None:
-        return None
-    return [cluster.get_node_from_key(key).name for key in keys]
-
-
-def is_cluster(client: RedisClient) -> bool:
-    """Whether `client` speaks to a Redis Cluster."""
-    return isinstance(client, (_ClusterOnFirstUse, redis.RedisCluster))
-
-
-def _cluster_of(client: RedisClient) -> redis.RedisCluster | None:
-    """The RedisCluster behind `client`, if it is one and has its slot map."""
-    if isinstance(client, _ClusterOnFirstUse):
-        return client._client
-    return client if isinstance(client, redis.RedisCluster) else None
-
-
 class _ClusterOnFirstUse:
     """A RedisCluster built on its first command. Building one asks a node for the slot map, so building it up
     front would turn a cold start during an outage into an error instead of a fail-open answer."""
@@ -185,12 +301,25 @@ class _ClusterOnFirstUse:
         # requests wait out each other's connect timeouts while the cluster is down.
         if self._client is None:
             try:
-                client = redis.RedisCluster.from_url(self._url, **self._options)
+                client = _Cluster.from_url(self._url, **self._options)
             except RedisClusterException as err:
                 raise redis.ConnectionError(str(err)) from None
             client.commands_parser = _ScriptKeys(client.commands_parser)
             self._client = client
         return self._client
+
+
+class _Cluster(redis.RedisCluster):
+    """redis-py's cluster client, giving up on a moving slot sooner: after 4 answers of TRYAGAIN, ASK or MOVED (~0.1
+    s) rather than 16 (~0.4 s), its pipelines too. `guarded` retries within MOVING_BUDGET_S, and a pump tick
+    stretched by redis-py's retries of one moving target would delay every other target's admissions."""
+
+    RedisClusterRequestTTL = 4
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        pipe.RedisClusterRequestTTL = self.RedisClusterRequestTTL
+        return pipe
 
 
 class _Lock(Lock):

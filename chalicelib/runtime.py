@@ -13,7 +13,7 @@ from chalicelib.flags import AppConfigSession, JsonFileStore, QueueSwitch
 from chalicelib.identity import HeaderIdentity, Identity, JwtIdentity
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue import WaitingRoom
-from chalicelib.redis_connection import Breaker, connect
+from chalicelib.redis_connection import Breakers, connect
 from chalicelib.store import QueueStore
 from chalicelib.tokens import TokenSigner
 
@@ -91,14 +91,16 @@ def store() -> QueueStore:
         if auth_secret_id
         else None
     )
-    breaker = Breaker(
+    # One breaker per slot on a cluster: one node's trouble never fails another node's targets open.
+    breakers = Breakers(
         fail_max=settings().breaker_failures,
         reset_timeout=settings().breaker_cooldown_ms / 1000,
+        per_slot=settings().redis_cluster,
     )
     return QueueStore(
         connect(url, cluster=settings().redis_cluster, password=password),
         settings().key_prefix,
-        breaker,
+        breakers,
         outbox_cap=settings().events_cap if settings().events_on else 0,
     )
 

@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
-import pybreaker
-import redis
 from redis.lock import Lock
 
 from chalicelib import shop_health, waits
@@ -26,7 +24,7 @@ from chalicelib.errors import QueueError
 from chalicelib.flags import QUEUED, Decision
 from chalicelib.observability import logger
 from chalicelib.queue_keys import QueueKeys
-from chalicelib.redis_connection import REDIS_FAILURES, Breaker, RedisClient, StoreFull, StoreUnavailable
+from chalicelib.redis_connection import REDIS_FAILURES, Breaker, Breakers, RedisClient, guarded, is_cluster
 from chalicelib.scripts import load_script, run_pipelined
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig
 from chalicelib.targets import Target, parse_target
@@ -89,7 +87,7 @@ class QueueStore:
         self,
         client: RedisClient,
         prefix: str,
-        breaker: pybreaker.CircuitBreaker | None = None,
+        breakers: Breakers | None = None,
         outbox_cap: int = 0,
     ) -> None:
         self.client = client
@@ -97,8 +95,9 @@ class QueueStore:
         # The outbox's ARGV of every reporting script: most unpublished events kept per target (0: no events, as
         # where nothing publishes them), and the outbox's TTL.
         self.outbox = {"outbox_cap": outbox_cap, "outbox_ttl_ms": OUTBOX_TTL_MS}
-        # After a few failures in a row, client calls skip Redis for a cool-down instead of each paying the timeout.
-        self.breaker = breaker or Breaker(fail_max=3, reset_timeout=5)
+        # After a few failures in a row, client calls on a slot skip Redis for a cool-down instead of each paying the
+        # timeout: one breaker per slot on a cluster, so one node's trouble fails no other node's targets open.
+        self.breakers = breakers or Breakers(fail_max=3, reset_timeout=5, per_slot=is_cluster(client))
         self.targets_key = f"{prefix}:targets"
         self.pump_lock_key = f"{prefix}:pump-lock"
         self.flag_key = f"{prefix}:flag"
@@ -546,13 +545,15 @@ class QueueStore:
         pipe.execute()
 
     def _guarded(self, call: Callable[..., Any], *args: object) -> Any:
-        """One client-facing Redis call through the circuit breaker; any Redis failure is StoreUnavailable."""
-        try:
-            return self.breaker.call(call, *args)
-        except redis.OutOfMemoryError as err:
-            raise StoreFull(str(err)) from err
-        except (*REDIS_FAILURES, pybreaker.CircuitBreakerError) as err:
-            raise StoreUnavailable(type(err).__name__) from err
+        """One client-facing Redis call through its slot's circuit breaker (a script's keys name the slot; any
+        other call shares one breaker); a failing Redis is a Store* error (redis_connection.guarded)."""
+        keys = args[0] if args and isinstance(args[0], tuple) else ()
+        key = keys[0] if keys else None
+        return guarded(self.client, self.breakers.of(key), key, call, *args)
+
+    def breaker_of(self, target: Target) -> Breaker:
+        """The circuit breaker `target`'s calls go through."""
+        return self.breakers.of(self.keys(target).config)
 
     def _register(self, target: Target, idle_ttl_ms: int) -> None:
         # The registry lives in another slot, so enter.lua cannot write it: this second round trip happens

@@ -21,7 +21,7 @@ from chalicelib.errors import EntryTokenUsed, QueueUnavailable
 from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.queue import WaitingRoom
-from chalicelib.redis_connection import Breaker, connect
+from chalicelib.redis_connection import Breakers, connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
@@ -38,9 +38,9 @@ USERS = (1, 2, 3)
 class Parts:
     """The waiting room, purchase gate and pump over one RedisCluster client, built the way runtime.py builds them."""
 
-    def __init__(self, url, prefix, settings, breaker=None):
+    def __init__(self, url, prefix, settings, breakers=None):
         self.client = connect(url, cluster=True)
-        self.store = QueueStore(self.client, prefix, breaker)
+        self.store = QueueStore(self.client, prefix, breakers)
         signer = TokenSigner(settings.keyring)
         self.room = WaitingRoom(self.store, signer, settings, runtime.switch())
         self.gate = PurchaseGate(self.store, signer, settings, runtime.switch())
@@ -118,7 +118,7 @@ def test_every_operation_on_many_targets_stays_in_one_slot(on_cluster, origin, c
             purchase(gate, token, target)
         assert room.stats(target)["admittedCount"] == 2
 
-    assert store.breaker.fail_counter == 0, "a Redis call failed (and was answered fail-open)"
+    assert all(store.breaker_of(t).fail_counter == 0 for t in TARGETS), "a Redis call failed (and failed open)"
     assert '"RedisDegraded"' not in capsys.readouterr().out
     assert not [line for line in redis_errors() if "CROSSSLOT" in line.upper()]
 
@@ -163,9 +163,9 @@ def own_cluster():
 
 def test_an_unreachable_cluster_at_cold_start_fails_open(env):
     settings = load_settings()
-    breaker = Breaker(fail_max=3, reset_timeout=0.3)
+    breakers = Breakers(fail_max=3, reset_timeout=0.3, per_slot=True)
     # A Lambda container starting while the cluster is down: building the client must not need the cluster.
-    parts = Parts(f"redis://127.0.0.1:{free_port()}", "cold", settings, breaker)
+    parts = Parts(f"redis://127.0.0.1:{free_port()}", "cold", settings, breakers)
     started = time.monotonic()
     entry = parts.room.enter(TARGETS[0], "1")
     assert entry.status == "DIRECT_ADMITTED" and time.monotonic() - started < 2.0
@@ -176,7 +176,7 @@ def test_a_cluster_that_hangs_at_cold_start_fails_open_and_queueing_starts_once_
     for server in own_cluster.servers:
         os.kill(server._process.pid, signal.SIGSTOP)
     try:
-        parts = Parts(own_cluster.url, "hung", load_settings(), Breaker(fail_max=3, reset_timeout=0.3))
+        parts = Parts(own_cluster.url, "hung", load_settings(), Breakers(fail_max=3, reset_timeout=0.3, per_slot=True))
         started = time.monotonic()
         assert parts.room.enter(TARGETS[0], "1").status == "DIRECT_ADMITTED"
         assert time.monotonic() - started < 2.0
@@ -189,13 +189,16 @@ def test_a_cluster_that_hangs_at_cold_start_fails_open_and_queueing_starts_once_
     assert parts.pump.tick().errors == 0
 
 
-def test_a_paused_node_fails_open_for_its_targets_and_the_cluster_resumes(own_cluster, env):
+def test_a_paused_node_fails_open_for_its_targets_alone_and_the_cluster_resumes(own_cluster, env):
+    """A node without a replica that stops answering is down for its targets, which fail open; the breakers are
+    per slot, so its targets' open breakers fail no other node's target open."""
     settings = load_settings()
-    parts = Parts(own_cluster.url, "paused", settings, Breaker(fail_max=3, reset_timeout=0.3))
+    parts = Parts(own_cluster.url, "paused", settings, Breakers(fail_max=3, reset_timeout=0.3, per_slot=True))
     room = parts.room
     tickets = {target: room.enter(target, "1").queue_ticket for target in TARGETS}
     victim = own_cluster.servers[1]
     on_victim = [t for t in TARGETS if nodes_of(parts.client, [parts.store.keys(t).waiting]) == {victim.port}]
+    elsewhere = [t for t in TARGETS if t not in on_victim]
     assert on_victim
 
     os.kill(victim._process.pid, signal.SIGSTOP)
@@ -207,6 +210,9 @@ def test_a_paused_node_fails_open_for_its_targets_and_the_cluster_resumes(own_cl
             with pytest.raises(QueueUnavailable):
                 room.status(target, "1", tickets[target])
             assert time.monotonic() - started < 2.0
+        room.enter(on_victim[0], "3")  # its third failure in a row
+        assert parts.store.breaker_of(on_victim[0]).current_state == "open"
+        assert {room.enter(target, "2").status for target in elsewhere} == {"WAITING"}
     finally:
         os.kill(victim._process.pid, signal.SIGCONT)
 

@@ -824,7 +824,7 @@ def test_the_auth_token_rotates_without_downtime_as_docs_operations_md_says(env,
     admin.execute_command("CLIENT", "KILL", "USER", "default")  # connections made with the old token end
     for _ in range(3):
         assert room.enter(DROP, str(next(users))).status == "WAITING"
-    assert room.store.breaker.fail_counter == 0
+    assert room.store.breaker_of(DROP).fail_counter == 0
     aws.reset()
 
 

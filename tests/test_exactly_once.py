@@ -16,7 +16,7 @@ import pytest
 from chalicelib import runtime
 from chalicelib.errors import EntryTokenUsed, OriginUnavailable, QueueError
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
-from chalicelib.redis_connection import Breaker, connect
+from chalicelib.redis_connection import Breakers, connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
 
@@ -109,11 +109,11 @@ def test_a_shop_that_commits_then_answers_500_holds_one_order_per_token(env, ori
 def test_redis_down_in_two_containers_then_back_holds_one_order_per_token(env, origin, own_redis):
     env(REDIS_URL=own_redis.url, VQ_BREAKER_FAILURES=1, VQ_BREAKER_COOLDOWN_MS=200)
     settings = runtime.settings()
-    breaker = Breaker(fail_max=settings.breaker_failures, reset_timeout=settings.breaker_cooldown_ms / 1000)
+    breakers = Breakers(settings.breaker_failures, settings.breaker_cooldown_ms / 1000, per_slot=False)
     containers = [
         runtime.purchase_gate(),
         PurchaseGate(
-            QueueStore(connect(settings.redis_url), settings.key_prefix, breaker),
+            QueueStore(connect(settings.redis_url), settings.key_prefix, breakers),
             runtime.signer(),
             settings,
             runtime.switch(),

@@ -96,7 +96,7 @@ def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_red
     for user in range(2, 5):  # three failures in a row open it
         room.enter(DROP, str(user))
     tries = len(sends)
-    assert tries >= 3 and room.store.breaker.current_state == "open"
+    assert tries >= 3 and room.store.breaker_of(DROP).current_state == "open"
     for user in range(5, 50):
         assert room.enter(DROP, str(user)).status == "DIRECT_ADMITTED"
     assert len(sends) == tries, "an open breaker must not touch Redis"
@@ -104,7 +104,7 @@ def test_open_breaker_skips_redis_until_its_cool_down(room_on_own_redis, own_red
     own_redis.restart()
     time.sleep(0.4)
     assert room.enter(DROP, "50").status == "WAITING"  # the probe succeeds and closes it
-    assert room.store.breaker.current_state == "closed"
+    assert room.store.breaker_of(DROP).current_state == "closed"
 
 
 def test_fail_closed_answers_503_with_retry_after(make_room, own_redis):
@@ -228,7 +228,7 @@ def test_the_breaker_lets_nobody_in_directly_once_a_probe_finds_redis_again(make
     try:
         for user in range(1, 4):
             assert room.enter(DROP, str(user)).status == "DIRECT_ADMITTED"
-        assert room.store.breaker.current_state == "open"
+        assert room.store.breaker_of(DROP).current_state == "open"
     finally:
         own_redis.resume()
     resumed = time.monotonic()

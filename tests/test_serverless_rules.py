@@ -142,7 +142,7 @@ def test_every_script_touches_only_the_keys_its_call_passes(env, own_redis, stri
     every = {load_script(strict.client, name).sha for name in CONTRACTS}
     assert every - strict.scripts == set(), "a script was not called: extend the journey so each one is checked"
     assert strict.sent <= QUEUE_COMMANDS, strict.sent - QUEUE_COMMANDS
-    assert store.breaker.fail_counter == 0  # no call was refused (a refused one would have failed open)
+    assert store.breaker_of(DROP).fail_counter == 0  # no call was refused (a refused one would have failed open)
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_a_server_that_answers_noscript_to_every_evalsha_is_served_from_the_scri
     assert room.stats(DROP)["waitingCount"] == 1
 
     assert forgetful.noscript >= 10 and forgetful.evals == forgetful.noscript  # every script call, by its text
-    assert runtime.store().breaker.fail_counter == 0
+    assert runtime.store().breaker_of(DROP).fail_counter == 0
     out = capsys.readouterr().out
     assert '"RedisDegraded"' not in out and '"DirectAdmitted"' not in out
 

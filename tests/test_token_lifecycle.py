@@ -275,7 +275,7 @@ def test_out_of_memory_never_lets_anyone_in_and_is_not_an_outage(full_redis, api
     for user in range(3, 8):
         again = api.http.post("/virtual-queues/limited-drop/42/entries", headers={"X-User-Id": str(user)})
         assert again.status_code == 503
-    assert runtime.store().breaker.current_state == "closed"
+    assert runtime.store().breaker_of(DROP).current_state == "closed"
     out = capsys.readouterr().out
     assert len(counted(out, "RedisOutOfMemory")) == 7 and counted(out, "RedisDegraded") == []
     assert counted(out, "DirectAdmitted") == []

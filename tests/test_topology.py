@@ -1,31 +1,58 @@
 """A cluster's topology changing mid-sale is not an outage (docs/architecture.md#when-redis-fails).
 
-The pump stalled for every target while its client's default node was down: redis-py's cluster pipeline asked
-that node for the keys of every script it sent.
+While virtual users enter, poll, leave and buy through four containers and a pump ticks (tests/support/load.py), a
+busy target's slot is migrated (the classic way, as online resharding does, and with Valkey 9's atomic slot
+migration), or its primary is killed and the cluster promotes the replica. Throughout: nobody is let in directly
+(no DIRECT_ADMITTED), no place is lost, nobody is given a second token id, nothing buys unrecorded, and a target on
+an untouched node is served without a 503 while the pump keeps admitting there. Also: a moving slot's retry budget
+and its 503, and the pump that stalled for every target while its client's default node was down.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
+from collections import defaultdict
 
 import pytest
+import redis
 from redis.crc import key_slot
 
 from chalicelib import runtime
 from chalicelib.answers import TargetTick
+from chalicelib.errors import QueueUnavailable
 from chalicelib.pump import Pump
-from chalicelib.redis_connection import connect
+from chalicelib.redis_connection import MOVING_BUDGET_S, connect
 from chalicelib.store import QueueStore
 from chalicelib.targets import Target
-from tests.support.redis_servers import ValkeyCluster
+from tests.support.load import Load, between, containers
+from tests.support.observed import counted
+from tests.support.redis_servers import ValkeyCluster, supports_atomic_migration
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 
+# A call on a moving slot: the budget and its last attempt (redis-py's own retries, ~0.1 s), with room for a 2-core
+# machine shared with the load's threads, the pump and the servers.
+CALL_BUDGET_S = MOVING_BUDGET_S + 0.1 + 0.8
 CANDIDATES = [Target(kind, n) for kind in ("limited-drop", "ticketing-event") for n in range(1, 100)]
+FROM_REDIS = {"WAITING", "ADMITTED"}
 
 
 def slot_of(target: Target, prefix: str) -> int:
     return key_slot(f"{prefix}:{{{target}}}".encode())
+
+
+def target_on(cluster: ValkeyCluster, port: int, prefix: str) -> Target:
+    return next(t for t in CANDIDATES if cluster.owner(slot_of(t, prefix)) == port)
+
+
+@pytest.fixture
+def cluster():
+    """A 3-node cluster of the test's own: the test changes its topology."""
+    nodes = ValkeyCluster()
+    yield nodes
+    nodes.stop()
 
 
 @pytest.fixture
@@ -38,6 +65,97 @@ def replicated_cluster():
 
 def on_cluster(env, cluster: ValkeyCluster, prefix: str, **settings) -> None:
     env(REDIS_URL=cluster.url, VQ_REDIS_CLUSTER="true", VQ_KEY_PREFIX=prefix, **settings)
+
+
+@contextlib.contextmanager
+def busy_sale(env, cluster: ValkeyCluster, prefix: str, moving: Target, untouched: Target):
+    """Four containers, each serving both targets one call at a time, and a pump of its own, under load."""
+    on_cluster(env, cluster, prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=3, VQ_BREAKER_COOLDOWN_MS=300)
+    pump = Pump(QueueStore(connect(cluster.url, cluster=True), prefix), runtime.settings())
+    load = Load(containers(4), pump, (moving, untouched), threads=4)
+    with load:
+        time.sleep(1.0)
+        yield load
+        time.sleep(1.5)  # the moved target serves again
+
+
+def assert_nobody_past_the_line(load: Load, moving: Target, untouched: Target, began: float, ended: float) -> None:
+    """No newcomer let in directly, no place lost, no second token id, nothing bought unrecorded; the untouched
+    target served without a 503, its line moving; every call answered within the budget; the moved target serves
+    from Redis again."""
+    run = load.run
+    assert not run.failures, run.failures
+    # No 500, and no 503 without Retry-After.
+    assert not [c for c in run.calls if c.error], [c for c in run.calls if c.error][:5]
+    assert not [c for c in run.calls if c.answer == "DIRECT_ADMITTED"], "a newcomer was let past the line"
+    assert not [c for c in run.calls if c.op == "status" and c.answer == "NOT_IN_QUEUE"], "a place was lost"
+    token_ids: dict[tuple, set] = defaultdict(set)
+    for c in run.calls:
+        if c.answer == "ADMITTED":
+            token_ids[c.target, c.user].add(c.token_id)
+    assert all(len(ids) == 1 for ids in token_ids.values()), "a user was given a second token id"
+    assert not any(len(gate.outage) for _, gate in load.containers), "a purchase went through unrecorded"
+    assert not [c for c in run.calls if c.target == untouched and c.status >= 500], "the untouched target was refused"
+    window = [c for c in between(run.calls, began, max(ended, began + 1.0)) if c.target == untouched]
+    assert any(c.answer == "ADMITTED" for c in window), "the pump stopped admitting on the untouched target"
+    slow = [c for c in run.calls if c.took > CALL_BUDGET_S]
+    assert not slow, f"{len(slow)} calls over {CALL_BUDGET_S} s, e.g. {slow[:3]}"
+    after = [c for c in between(run.calls, ended + 0.5, float("inf")) if c.target == moving]
+    assert {c.answer for c in after} & FROM_REDIS, "the moved target does not serve again"
+    assert not [c for c in after if c.status >= 500], "the moved target still refuses once settled"
+
+
+def test_a_classic_slot_migration_mid_sale_lets_nobody_past_the_line(env, origin, cluster, prefix, capsys):
+    first, second, third = cluster.ports
+    moving, untouched = target_on(cluster, first, prefix), target_on(cluster, third, prefix)
+    with busy_sale(env, cluster, prefix, moving, untouched) as load:
+        began = time.monotonic()
+        cluster.migrate_classic(slot_of(moving, prefix), second, spread_s=3.0)
+        ended = time.monotonic()
+    assert cluster.owner(slot_of(moving, prefix)) == second
+    run = load.run
+    assert_nobody_past_the_line(load, moving, untouched, began, ended)
+    # The window was real: the moving target's scripts were refused (TRYAGAIN), with 503 and Retry-After.
+    refused = [c for c in between(run.calls, began, ended) if c.target == moving and c.status == 503]
+    assert refused and {c.answer for c in refused} == {"QUEUE_UNAVAILABLE"}
+    out = capsys.readouterr().out
+    assert counted(out, "RedisSlotMoving") and not counted(out, "DirectAdmitted")
+
+
+def test_an_atomic_slot_migration_mid_sale_lets_nobody_past_the_line(env, origin, cluster, prefix):
+    first, second, third = cluster.ports
+    if not supports_atomic_migration(cluster.admin(first)):
+        pytest.skip("the server has no atomic slot migration (CLUSTER MIGRATESLOTS: Valkey 9)")
+    moving, untouched = target_on(cluster, first, prefix), target_on(cluster, third, prefix)
+    with busy_sale(env, cluster, prefix, moving, untouched) as load:
+        began = time.monotonic()
+        cluster.migrate_atomic(slot_of(moving, prefix), second)
+        ended = time.monotonic()
+    assert cluster.owner(slot_of(moving, prefix)) == second
+    assert_nobody_past_the_line(load, moving, untouched, began, ended)
+
+
+def test_a_primary_killed_mid_sale_and_its_replica_promoted_lets_nobody_past_the_line(env, origin, replicated_cluster):
+    cluster = replicated_cluster
+    # The hardest node to lose: the pump client's default node (redis-py asked it for every script's keys), holding
+    # the busy target, the target registry and the pump lock.
+    victim = redis.RedisCluster.from_url(cluster.url).get_default_node().port
+    prefix = next(
+        p
+        for p in (f"vqkill{i}" for i in itertools.count())
+        if cluster.owner(key_slot(f"{p}:targets".encode())) == victim
+        and cluster.owner(key_slot(f"{p}:pump-lock".encode())) == victim
+    )
+    moving = target_on(cluster, victim, prefix)
+    untouched = target_on(cluster, next(p for p in cluster.ports if p != victim), prefix)
+    replica = cluster.replica_of(victim)
+    with busy_sale(env, cluster, prefix, moving, untouched) as load:
+        assert load.pump.store.client.get_default_node().port == victim
+        began = time.monotonic()
+        cluster.kill(victim)
+        cluster.wait_promoted(replica)
+        ended = time.monotonic()
+    assert_nobody_past_the_line(load, moving, untouched, began, ended)
 
 
 def test_the_pump_ticks_the_live_nodes_while_its_clients_default_node_is_down(env, replicated_cluster, prefix):
@@ -80,3 +198,35 @@ def test_the_pump_ticks_the_live_nodes_while_its_clients_default_node_is_down(en
 
 def admitted_on(report) -> set[Target]:
     return {t for t, result in report.targets.items() if isinstance(result, TargetTick) and result.admitted}
+
+
+def test_a_moving_slot_is_retried_within_the_budget_then_refused_with_retry_after(env, cluster, prefix, capsys):
+    first, second, third = cluster.ports
+    moving, untouched = target_on(cluster, first, prefix), target_on(cluster, third, prefix)
+    on_cluster(env, cluster, prefix, VQ_BREAKER_FAILURES=1)
+    room = runtime.waiting_room()
+    ticket = room.enter(moving, "1").queue_ticket
+    source, destination = cluster.admin(first), cluster.admin(second)
+    slot = slot_of(moving, prefix)
+    # The slot migrating, none of its keys moved yet: every script with a key absent on purpose (a token not yet
+    # issued) answers TRYAGAIN, as it does from the moment a classic migration begins.
+    destination.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.node_id(first))
+    source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", cluster.node_id(second))
+    try:
+        for call in (lambda: room.enter(moving, "2"), lambda: room.status(moving, "1", ticket)):
+            started = time.monotonic()
+            with pytest.raises(QueueUnavailable) as refused:
+                call()
+            took = time.monotonic() - started
+            assert refused.value.headers["Retry-After"]
+            assert MOVING_BUDGET_S <= took < CALL_BUDGET_S, took
+        # Its breaker (one failure opens it) counted nothing, and another node's target queues as ever.
+        assert runtime.store().breaker_of(moving).current_state == "closed"
+        assert room.enter(untouched, "3").status == "WAITING"
+    finally:
+        for node in (source, destination):
+            node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+    assert room.enter(moving, "2").status == "WAITING"
+    out = capsys.readouterr().out
+    assert len(counted(out, "RedisSlotMoving")) == 2
+    assert not counted(out, "RedisDegraded") and not counted(out, "DirectAdmitted")

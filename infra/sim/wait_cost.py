@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from chalicelib.config import Keyring  # noqa: E402
-from chalicelib.redis_connection import Breaker, StoreUnavailable, connect  # noqa: E402
+from chalicelib.redis_connection import Breakers, StoreUnavailable, connect  # noqa: E402
 from chalicelib.store import Defaults, PumpRules, QueueStore  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
@@ -148,7 +148,9 @@ def store_of(url: str, wait_ms: int | None = None, enforce: bool = False, prefix
     client = connect(url)
     if wait_ms is not None:
         client = WaitingClient(client, 1, wait_ms, enforce)
-    return QueueStore(client, prefix or f"vqwait-{time.time_ns()}", Breaker(fail_max=10**9, reset_timeout=1))
+    return QueueStore(
+        client, prefix or f"vqwait-{time.time_ns()}", Breakers(fail_max=10**9, reset_timeout=1, per_slot=False)
+    )
 
 
 def timed(call: Callable[[], None], n: int) -> list[float]:
