@@ -19,7 +19,7 @@ from chalicelib.config import Settings
 from chalicelib.events import Publisher, PublisherLoop
 from chalicelib.observability import NAMESPACE, SERVICE, count, logger
 from chalicelib.opening import open_target
-from chalicelib.redis_connection import REDIS_FAILURES, is_cluster
+from chalicelib.redis_connection import MOVING, REDIS_FAILURES, is_cluster
 from chalicelib.store import PumpRules, QueueStore
 from chalicelib.targets import Target
 
@@ -177,8 +177,13 @@ class Pump:
         for target, result in results.items():
             if isinstance(result, Exception):
                 errors += 1
-                logger.error("pump failed on a target", extra={"target": str(target), "error": repr(result)})
-                count("PumpErrors")
+                if isinstance(result, MOVING):
+                    # A resharding or a failover, not a fault: the target ticks again once its slot has settled.
+                    logger.warning("the target's slot is moving", extra={"target": str(target), "error": repr(result)})
+                    count("RedisSlotMoving")
+                else:
+                    logger.error("pump failed on a target", extra={"target": str(target), "error": repr(result)})
+                    count("PumpErrors")
                 continue
             self._server_offset_ms = result.server_ms - self.clock() * 1000
             self._remember(target, result)

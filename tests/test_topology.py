@@ -120,6 +120,7 @@ def test_a_classic_slot_migration_mid_sale_lets_nobody_past_the_line(env, origin
     assert refused and {c.answer for c in refused} == {"QUEUE_UNAVAILABLE"}
     out = capsys.readouterr().out
     assert counted(out, "RedisSlotMoving") and not counted(out, "DirectAdmitted")
+    assert not counted(out, "PumpErrors"), "a moving slot is not a pump fault"
 
 
 def test_an_atomic_slot_migration_mid_sale_lets_nobody_past_the_line(env, origin, cluster, prefix):
