@@ -358,7 +358,7 @@ class _ScriptKeys(CommandsParser):
 
     For a command whose keys move (EVAL, EVALSHA) redis-py asks the cluster's default node (COMMAND GETKEYS), and
     its cluster pipeline does so for every script it sends: one round trip more per script in a pump tick, and a
-    pump stalled for every target while that one node is down (docs/failover.md#a-node-of-a-cluster).
+    pump stalled for every target while that one node is down (docs/guarantees.md#a-resharding-or-a-node-failover).
     """
 
     def __init__(self, parsed: CommandsParser) -> None:
