@@ -81,10 +81,11 @@ bench: $(VENV)/.installed
 screenshots: $(VENV)/.installed
 	VQ_README_SHOTS=1 $(BIN)/python -m pytest tests/test_browser.py tests/test_console.py $(PYTEST_ARGS)
 
-## Build the deployment offline into build/: sam.json (CloudFormation/SAM) and deployment.zip (README: Deploy).
+## Build the deployment offline into build/: sam.json (CloudFormation/SAM) and deployment.zip (README: Deploy), for
+## the functions' architecture (.chalice/config.json: arm64; ARCHITECTURE=x86_64 builds one this machine can run).
 STAGE ?= prod
 package: $(VENV)/.installed
-	$(BIN)/python infra/package.py --stage $(STAGE) build
+	$(BIN)/python infra/package.py --stage $(STAGE) $(if $(ARCHITECTURE),--architecture $(ARCHITECTURE)) build
 
 clean:
 	rm -rf $(VENV) build .pytest_cache *.egg-info

@@ -1,5 +1,6 @@
-"""The deployment package: `make package` ships the Lua scripts and every dependency, and the unpacked
-package serves requests through the Lambda entry point the template names (`app.app`)."""
+"""The deployment package: `make package` ships the Lua scripts and every dependency, built for the functions'
+architecture (arm64), and the unpacked package serves requests through the Lambda entry point the template names
+(`app.app`): an x86_64 build of the same code, which this machine can run."""
 
 import json
 import os
@@ -70,6 +71,34 @@ def package(deployment):
     return deployment / "deployment.zip"
 
 
+@pytest.fixture(scope="module")
+def runnable_package(tmp_path_factory):
+    """The same package built for this machine's architecture (x86_64), to run it here."""
+    from infra.package import package as build
+
+    out = tmp_path_factory.mktemp("x86_64")
+    build(out, architecture="x86_64")
+    return out / "deployment.zip"
+
+
+# ELF's e_machine of each architecture (the System V ABI's processor supplements).
+ELF_MACHINE = {"arm64": 183, "x86_64": 62}
+
+
+def machines(package):
+    """The architecture of every shared library in `package`, by path."""
+    found = {}
+    with zipfile.ZipFile(package) as zipped:
+        for name in zipped.namelist():
+            if name.endswith(".so"):
+                header = zipped.read(name)[:20]
+                assert header[:4] == b"\x7fELF", name
+                found[name] = next(
+                    arch for arch, code in ELF_MACHINE.items() if code == int.from_bytes(header[18:20], "little")
+                )
+    return found
+
+
 @pytest.mark.slow
 def test_package_holds_every_lua_script(package):
     names = set(zipfile.ZipFile(package).namelist())
@@ -82,16 +111,41 @@ def test_package_holds_every_lua_script(package):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extension", ["hiredis/hiredis", "orjson/orjson"])
-def test_package_holds_c_extensions_built_for_the_lambda_runtime(package, extension):
-    # hiredis (redis-py packs commands and parses replies with it when it can import it) and orjson (the API's
-    # answers) are C extensions, so the package must hold the manylinux build for the runtime's Python (chalice
-    # package targets this one's) on x86_64.
+@pytest.mark.parametrize(
+    "extension",
+    [
+        f"hiredis/hiredis.cpython-{sys.version_info.major}{sys.version_info.minor}-aarch64-linux-gnu.so",
+        f"orjson/orjson.cpython-{sys.version_info.major}{sys.version_info.minor}-aarch64-linux-gnu.so",
+        "cryptography/hazmat/bindings/_rust.abi3.so",
+    ],
+)
+def test_package_holds_c_extensions_built_for_the_functions_arm64_runtime(package, template, extension):
+    # hiredis (redis-py packs commands and parses replies with it when it can import it), orjson (the API's
+    # answers) and cryptography (the JWTs' signatures) are C extensions: the package must hold the manylinux
+    # aarch64 build for the runtime's Python (chalice package targets this one's), as every function runs on arm64.
+    functions = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
+    assert {tuple(function["Architectures"]) for function in functions} == {("arm64",)}
+    built_for = machines(package)
+    assert built_for[extension] == "arm64"
+    assert set(built_for.values()) == {"arm64"}  # no library of another architecture, which Lambda could not load
     names = zipfile.ZipFile(package).namelist()
-    assert f"{extension}.cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so" in names
     project = extension.partition("/")[0]
     wheel = next(name for name in names if name.startswith(f"{project}-") and name.endswith(".dist-info/WHEEL"))
-    assert "-manylinux" in zipfile.ZipFile(package).read(wheel).decode()
+    tags = zipfile.ZipFile(package).read(wheel).decode()
+    assert "-manylinux" in tags and "aarch64" in tags and "x86_64" not in tags
+
+
+@pytest.mark.slow
+def test_the_runnable_build_differs_only_in_its_libraries_architecture(package, runnable_package):
+    arm64, x86_64 = machines(package), machines(runnable_package)
+    assert set(arm64.values()) == {"arm64"} and set(x86_64.values()) == {"x86_64"}
+    same = {name.replace("aarch64", "x86_64") for name in arm64}
+    assert same == set(x86_64)
+    names = zipfile.ZipFile(package).namelist()
+    code = {name for name in names if name.startswith(("app.py", "chalicelib/", "lua/")) and not name.endswith(".pyc")}
+    assert "app.py" in code and "lua/status.lua" in code
+    for name in code:
+        assert zipfile.ZipFile(package).read(name) == zipfile.ZipFile(runnable_package).read(name), name
 
 
 @pytest.mark.slow
@@ -105,8 +159,8 @@ def test_package_holds_the_pages_and_not_the_operator_cli(package):
 
 
 @pytest.mark.slow
-def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, prefix, cluster_mode):
-    zipfile.ZipFile(package).extractall(tmp_path)
+def test_unpacked_package_serves_enter_and_status(runnable_package, tmp_path, redis_url, prefix, cluster_mode):
+    zipfile.ZipFile(runnable_package).extractall(tmp_path)
     env = probe_env(redis_url, prefix, cluster_mode)
     # -I -S: no site-packages, so nothing from this checkout or the virtualenv's site-packages can stand in
     # for the package.
@@ -118,7 +172,7 @@ def test_unpacked_package_serves_enter_and_status(package, tmp_path, redis_url, 
 
 
 @pytest.mark.slow
-def test_package_holds_bytecode_that_a_read_only_import_uses(package, tmp_path):
+def test_package_holds_bytecode_that_a_read_only_import_uses(package, runnable_package, tmp_path):
     names = zipfile.ZipFile(package).namelist()
     sources = [name for name in names if name.endswith(".py")]
     tag = sys.implementation.cache_tag  # the functions' runtime is this interpreter's (infra/package.py checks)
@@ -129,7 +183,7 @@ def test_package_holds_bytecode_that_a_read_only_import_uses(package, tmp_path):
         assert f"{folder + '/' if folder else ''}__pycache__/{module[:-3]}.{tag}.pyc" in compiled, source
 
     # Unpacked read-only, as Lambda mounts it: the bytecode is used, nothing is compiled again.
-    zipfile.ZipFile(package).extractall(tmp_path)
+    zipfile.ZipFile(runnable_package).extractall(tmp_path)
     for path in [tmp_path, *tmp_path.rglob("*")]:
         path.chmod(path.stat().st_mode & ~0o222)
     env = {
@@ -199,11 +253,14 @@ def test_a_package_built_with_another_python_targets_its_runtime_and_serves(
         check=True,
     )
     out = tmp_path / "build"
-    subprocess.run([str(venv / "bin" / "python"), "infra/package.py", str(out)], cwd=ROOT, check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "infra/package.py", "--architecture", "x86_64", str(out)], cwd=ROOT, check=True
+    )
 
     tag = version.replace(".", "")
     template = json.loads((out / "sam.json").read_text())
-    runtimes = {r["Properties"]["Runtime"] for r in template["Resources"].values() if r["Type"].endswith("Function")}
+    functions = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
+    runtimes = {function["Runtime"] for function in functions}
     assert runtimes == {f"python{version}"}
     names = zipfile.ZipFile(out / "deployment.zip").namelist()
     for extension in ("hiredis/hiredis", "orjson/orjson"):

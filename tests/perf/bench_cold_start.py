@@ -1,6 +1,6 @@
 """Benchmark: cold start of the real package, against importing its dependencies alone.
 
-Run: .venv/bin/python tests/perf/bench_cold_start.py   (first builds build/deployment.zip, as `make package`)
+Run: .venv/bin/python tests/perf/bench_cold_start.py   (first builds build/deployment.zip for x86_64, this machine)
 The deployment zip is unpacked into a read-only directory, as Lambda's /var/task is (and -B, which root needs),
 twice: with bytecode for every module (what the package ships, and whatever it lacks compiled here, said so)
 and with every .pyc stripped. From each, in a fresh `python -I -S -B` (no environment, no site-packages: the
@@ -119,7 +119,11 @@ RUNTIME = sysconfig.get_paths()["purelib"]
 def main() -> None:
     # The package of the code as it is now (about 10 s), never one left in build/ by an earlier build.
     subprocess.run(
-        [sys.executable, "infra/package.py", str(benchlib.BUILD)], cwd=benchlib.ROOT, check=True, capture_output=True
+        # Built for this machine (the deployed package's libraries are arm64's): the same code and bytecode.
+        [sys.executable, "infra/package.py", "--architecture", "x86_64", str(benchlib.BUILD)],
+        cwd=benchlib.ROOT,
+        check=True,
+        capture_output=True,
     )
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
         roots, how = {}, {}
