@@ -3,11 +3,12 @@
     python infra/package.py [--stage prod] [--architecture arm64|x86_64] OUT_DIR
 
 The template pieces in infra/ (one per concern, PIECES) are deep-merged into OUT_DIR/merge-template.json,
-with the flag's default (infra/flags.json) as the AppConfig hosted version; `chalice package --merge-template`
-deep-merges that into the template it generates and writes OUT_DIR/sam.json and OUT_DIR/deployment.zip, with the
-dependencies built for the functions' architecture (.chalice/config.json: arm64). The zip then gets the bytecode
-of every module in it: Lambda imports from a read-only directory, where Python cannot write what it compiles, and
-would compile the whole package again on every cold start.
+with the flag's default (infra/flags.json) as the AppConfig hosted version and the cache nodes' alarms
+(node_alarms); `chalice package --merge-template` deep-merges that into the template it generates and writes
+OUT_DIR/sam.json and OUT_DIR/deployment.zip, with the dependencies built for the functions' architecture
+(.chalice/config.json: arm64). The zip then gets the bytecode of every module in it: Lambda imports from a
+read-only directory, where Python cannot write what it compiles, and would compile the whole package again on
+every cold start.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ PIECES = (
     "appconfig",
     "authorizer",
     "edge",
+    "distribution",
     "access",
     "pump",
     "events",
@@ -64,6 +66,37 @@ options = factory.create_package_options()
 factory.create_app_packager(config, options, "cloudformation", "json", merge_template).package_app(config, out, stage)
 """
 
+# The cache nodes' alarms (docs/alarms.md). ElastiCache files a node's metrics under its own id,
+# `<group>-<shard>-<node>`, and nothing for a node that does not exist; no alarm can search for the nodes a
+# group has. So each kind below has one alarm per shard, created when CacheShards makes that shard, watching
+# every node the shard can have (a primary and up to five replicas) through the highest of their values.
+MAX_SHARDS = 8  # CacheShards' MaxValue (infra/cache.yaml)
+NODES_PER_SHARD = 6  # a primary and CacheReplicasPerShard's MaxValue
+NODE_ALARMS = {
+    # name: (metric, above, for minutes, what it means and what to do)
+    "CacheMemory": (
+        "DatabaseMemoryUsagePercentage",
+        75,
+        3,
+        "For 3 minutes a cache node of shard {shard} used more than 75% of its memory; at 100% it refuses every "
+        "write (noeviction) and the queue answers 503. Scale the node type up now.",
+    ),
+    "CacheEngineCpu": (
+        "EngineCPUUtilization",
+        80,
+        2,
+        "For 2 minutes a cache node of shard {shard} had its engine thread busier than 80%; every script waits "
+        "its turn on it, so latency climbs. Lower the rate or the poll load, or move to a faster node type.",
+    ),
+    "CacheReplicationLag": (
+        "ReplicationLag",
+        1,
+        3,
+        "For 3 minutes a replica of shard {shard} was more than 1 s behind its primary; a failover now would lose "
+        "that second of writes (places restored from tickets, heartbeats, marks).",
+    ),
+}
+
 
 def deep_merge(into: dict, piece: dict, path: str = "") -> dict:
     """Merge `piece` into `into` and return it: mappings merge key by key, like Chalice's own merge.
@@ -83,13 +116,94 @@ def deep_merge(into: dict, piece: dict, path: str = "") -> dict:
 
 
 def merge_template(pieces: tuple[str, ...] = PIECES) -> dict:
-    """The pieces merged in order, with infra/flags.json as the flag's hosted configuration."""
+    """The pieces merged in order, with infra/flags.json as the flag's hosted configuration and the cache nodes'
+    alarms (node_alarms) on the dashboard."""
     merged: dict = {}
     for name in pieces:
         deep_merge(merged, yaml.safe_load((INFRA / f"{name}.yaml").read_text()))
     flags = json.loads((INFRA / "flags.json").read_text())
     merged["Resources"]["FlagDefault"]["Properties"]["Content"] = json.dumps(flags)
+    alarms, on_the_dashboard = node_alarms()
+    deep_merge(merged, alarms)
+    merged["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][1]["CacheAlarms"]["Fn::If"][1] = (
+        on_the_dashboard
+    )
     return merged
+
+
+def shard_condition(shard: int) -> str:
+    """The condition under which the cache has shard `shard` (1-based)."""
+    return "CacheOnNodes" if shard == 1 else f"CacheShard{shard}"
+
+
+def node_alarms() -> tuple[dict, dict]:
+    """The alarms of NODE_ALARMS for every shard the cache may have, with the conditions that create them; and
+    their ARNs as the dashboard's alarm widget lists them (the shards that exist)."""
+    conditions: dict = {}
+    resources: dict = {}
+    listed = []
+    for shard in range(1, MAX_SHARDS + 1):
+        if shard > 1:
+            fewer = [{"Fn::Equals": [{"Ref": "CacheShards"}, n]} for n in range(1, shard)]
+            conditions[shard_condition(shard)] = {
+                "Fn::And": [
+                    {"Condition": "CacheOnNodes"},
+                    {"Fn::Not": [fewer[0] if len(fewer) == 1 else {"Fn::Or": fewer}]},
+                ]
+            }
+        names = []
+        for kind, (metric, above, minutes, description) in NODE_ALARMS.items():
+            nodes = [f"n{node}" for node in range(1, NODES_PER_SHARD + 1)]
+            queries: list[dict] = [
+                {
+                    "Id": node_id,
+                    "ReturnData": False,
+                    "MetricStat": {
+                        "Metric": {
+                            "Namespace": "AWS/ElastiCache",
+                            "MetricName": metric,
+                            "Dimensions": [
+                                {
+                                    "Name": "CacheClusterId",
+                                    "Value": {"Fn::Sub": f"${{ReplicationGroup}}-{shard:04}-{i:03}"},
+                                }
+                            ],
+                        },
+                        "Period": 60,
+                        "Stat": "Maximum",
+                    },
+                }
+                for i, node_id in enumerate(nodes, start=1)
+            ]
+            queries.append(
+                {
+                    "Id": "highest",
+                    "Label": "the highest node",
+                    "Expression": f"MAX([{', '.join(nodes)}])",
+                    "ReturnData": True,
+                }
+            )
+            name = f"{kind}Shard{shard}Alarm"
+            names.append(name)
+            resources[name] = {
+                "Type": "AWS::CloudWatch::Alarm",
+                "Condition": shard_condition(shard),
+                "Properties": {
+                    "AlarmDescription": description.format(shard=shard),
+                    "Metrics": queries,
+                    "EvaluationPeriods": minutes,
+                    "DatapointsToAlarm": minutes,
+                    "Threshold": above,
+                    "ComparisonOperator": "GreaterThanThreshold",
+                    "TreatMissingData": "notBreaching",
+                    "AlarmActions": [{"Ref": "AlarmTopic"}],
+                    "OKActions": [{"Ref": "AlarmTopic"}],
+                },
+            }
+        arns = {"Fn::Sub": ", ".join(f'"${{{name}.Arn}}"' for name in names)}
+        # The list is the dashboard's with the cache on nodes, where the first shard always is.
+        listed.append(arns if shard == 1 else {"Fn::If": [shard_condition(shard), arns, {"Ref": "AWS::NoValue"}]})
+    return {"Conditions": conditions, "Resources": resources}, {"Fn::Join": [", ", listed]}
 
 
 def package(out: Path, stage: str = "prod", architecture: str = ARCHITECTURE) -> Path:

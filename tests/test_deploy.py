@@ -2,9 +2,11 @@
 production settings the design relies on; and what the deployed functions read at start-up (the signing key and
 AUTH secrets, cluster mode) works, with Secrets Manager played by moto."""
 
+import fnmatch
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -84,7 +86,15 @@ def test_merge_template_hosts_infra_flags_json_as_the_flag_default():
 
 @pytest.mark.slow
 def test_template_names_no_region_of_its_own(deployment):
-    assert "us-east-1" not in (deployment / "sam.json").read_text()  # the region Chalice was started with
+    template = json.loads((deployment / "sam.json").read_text())
+    # Where CloudFront keeps what is global: the edge's certificates and its metrics, in us-east-1 only.
+    assert ":acm:us-east-1:" in template["Parameters"].pop("EdgeCertificateArn")["AllowedPattern"]
+    assert "us-east-1" in json.dumps(template["Rules"].pop("EdgeDomainNeedsItsCertificate"))
+    body = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    edge = '"title": "Edge (CloudFront, ${EdgeDistributionId}): requests and error rates", "region": "us-east-1"'
+    assert edge in body[0]
+    body[0] = body[0].replace(edge, "")
+    assert "us-east-1" not in json.dumps(template)  # the region Chalice was started with
 
 
 # --- API Gateway ---
@@ -97,7 +107,7 @@ def test_purchase_routes_are_behind_the_request_authorizer(resources, openapi):
     # Together: no identity source, so a purchase without a token reaches the function (which lets it through
     # while the queue is off, and counts its denial while on); that is allowed only with caching off.
     assert "identitySource" not in entry and entry["authorizerResultTtlInSeconds"] == 0
-    assert "${PurchaseAuthorizer.Arn}" in entry["authorizerUri"]["Fn::Sub"]
+    assert {"Ref": "PurchaseAuthorizer.Alias"} in entry["authorizerUri"]["Fn::Join"][1]
     guarded = {
         path
         for path, methods in openapi["paths"].items()
@@ -109,7 +119,7 @@ def test_purchase_routes_are_behind_the_request_authorizer(resources, openapi):
 
     permission = resources["PurchaseAuthorizerInvokePermission"]["Properties"]
     assert permission["Principal"] == "apigateway.amazonaws.com"
-    assert permission["FunctionName"] == {"Ref": "PurchaseAuthorizer"}
+    assert permission["FunctionName"] == {"Ref": "PurchaseAuthorizer.Alias"}
     assert permission["SourceArn"]["Fn::Sub"].endswith("${RestAPI}/authorizers/*")
 
 
@@ -398,7 +408,7 @@ def test_every_flag_deployment_runs_flag_sync_which_never_signs(resources):
     extension = resources["FlagSyncExtension"]["Properties"]["Actions"]
     assert set(extension) == {"PRE_START_DEPLOYMENT", "ON_DEPLOYMENT_ROLLED_BACK"}
     for (action,) in extension.values():
-        assert action["Uri"] == {"Fn::GetAtt": ["FlagSync", "Arn"]}
+        assert action["Uri"] == {"Ref": "FlagSync.Alias"}
         assert action["RoleArn"] == {"Fn::GetAtt": ["FlagSyncInvokeRole", "Arn"]}
     association = resources["FlagSyncExtensionAssociation"]["Properties"]
     assert association["ExtensionIdentifier"] == {"Fn::GetAtt": ["FlagSyncExtension", "Arn"]}
@@ -409,10 +419,7 @@ def test_every_flag_deployment_runs_flag_sync_which_never_signs(resources):
     # Only AppConfig acting for this account (never another account's extension naming this role).
     assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
     (statement,) = invoke["Policies"][0]["PolicyDocument"]["Statement"]
-    assert (statement["Action"], statement["Resource"]) == (
-        "lambda:InvokeFunction",
-        {"Fn::GetAtt": ["FlagSync", "Arn"]},
-    )
+    assert (statement["Action"], statement["Resource"]) == ("lambda:InvokeFunction", {"Ref": "FlagSync.Alias"})
     env = env_of(resources, "FlagSync")
     assert env["VQ_SIGNS_TOKENS"] == "false" and env["VQ_APPCONFIG_PROFILE"] == {"Ref": "FlagProfile"}
 
@@ -422,12 +429,13 @@ def test_every_flag_deployment_runs_flag_sync_which_never_signs(resources):
 
 @pytest.mark.slow
 def test_pump_runs_every_minute_and_is_never_retried(resources):
-    invoke = resources["AdmissionPumpInvokeConfig"]["Properties"]
-    assert invoke["FunctionName"] == {"Ref": "AdmissionPump"}
-    assert invoke["MaximumRetryAttempts"] == 0 and invoke["MaximumEventAgeInSeconds"] <= 60
+    invoke = resources["AdmissionPumpInvokeConfig"]
+    assert invoke["Properties"]["FunctionName"] == {"Ref": "AdmissionPump"}
+    assert invoke["Properties"]["Qualifier"] == "live" and invoke["DependsOn"] == ["AdmissionPumpAliaslive"]
+    assert invoke["Properties"]["MaximumRetryAttempts"] == 0 and invoke["Properties"]["MaximumEventAgeInSeconds"] <= 60
     rule = resources["AdmissionPumpSchedule"]["Properties"]
     assert rule["ScheduleExpression"] == "rate(1 minute)"
-    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": ["AdmissionPump", "Arn"]}
+    assert rule["Targets"][0]["Arn"] == {"Ref": "AdmissionPump.Alias"}
     assert of_type(resources, "AWS::Lambda::EventInvokeConfig").keys() == {"AdmissionPumpInvokeConfig"}
 
 
@@ -442,36 +450,60 @@ def test_functions_memory_is_a_parameter_with_a_default_past_lambdas_128_mb(temp
         assert resources[function]["Properties"]["MemorySize"] == {"Ref": "FunctionMemoryMb"}
 
 
+# Lambda's default concurrency quota per region, and what it keeps unreserved for the functions without a
+# reservation (the Lambda developer guide, "Lambda function scaling" and "Configuring reserved concurrency").
+ACCOUNT_QUOTA, UNRESERVED_MINIMUM = 1000, 100
+RESERVATIONS = {
+    "APIHandler": ("ApiCapped", "ApiMaxConcurrency"),
+    "PurchaseAuthorizer": ("AuthorizerReserved", "AuthorizerReservedConcurrency"),
+    "AdmissionPump": ("PumpReserved", "PumpReservedConcurrency"),
+}
+
+
 @pytest.mark.slow
-def test_the_pump_has_a_reservation_and_the_api_an_optional_cap_so_a_burst_cannot_starve_admissions(
+def test_the_api_is_capped_and_the_authorizer_and_pump_reserved_leaving_the_account_its_unreserved_minimum(
     template, resources
 ):
-    # Reserved by default (accounts whose quota is under 102 refuse it: 0 turns it off); the API uncapped by
-    # default, as only the operator knows the account's quota (docs/deploy.md: the sizing rule).
-    assert template["Parameters"]["PumpReservedConcurrency"]["Default"] == 2
-    assert template["Parameters"]["ApiMaxConcurrency"]["Default"] == 0
-    for function, condition, parameter in (
-        ("AdmissionPump", "PumpReserved", "PumpReservedConcurrency"),
-        ("APIHandler", "ApiCapped", "ApiMaxConcurrency"),
-    ):
+    defaults = {parameter: template["Parameters"][parameter]["Default"] for _, parameter in RESERVATIONS.values()}
+    for function, (condition, parameter) in RESERVATIONS.items():
+        # 0 takes a reservation away, for an account whose quota cannot hold them (docs/deploy.md: concurrency).
         assert template["Conditions"][condition] == {"Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, 0]}]}
         assert resources[function]["Properties"]["ReservedConcurrentExecutions"] == {
             "Fn::If": [condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]
         }
+        assert defaults[parameter] > 0 and template["Parameters"][parameter]["MinValue"] == 0
+    # Lambda refuses a reservation that would leave fewer than 100 executions unreserved: the defaults deploy on an
+    # account with the default quota, with room for flag_sync and the account's other functions.
+    assert sum(defaults.values()) <= ACCOUNT_QUOTA - UNRESERVED_MINIMUM
+    # The cap holds what the origin asks with the edge in front (docs/deploy.md: concurrency): its busiest warm
+    # second (arrivals at their throttle, ~11 polls per admission near the front, a purchase per admission, each
+    # 15 ms of a function: infra/sim/pacing_model.py's HANDLER_S) ten times over, and an opening's first second on
+    # cold containers (each arrival holding its execution for a start of about a quarter second).
+    p = {name: spec.get("Default") for name, spec in template["Parameters"].items()}
+    admissions_per_s = p["BatchSize"] / (p["TickMs"] / 1000)
+    busiest_per_s = p["ArrivalThrottleRate"] + 11 * admissions_per_s + admissions_per_s
+    assert 10 * busiest_per_s * 0.015 <= p["ApiMaxConcurrency"]
+    assert p["ArrivalThrottleRate"] * 0.25 <= p["ApiMaxConcurrency"]
+    # The authorizer answers a purchase a second per admission, each up to a second on a cold container.
+    assert admissions_per_s * 1.0 <= p["AuthorizerReservedConcurrency"]
+    # flag_sync has none (tests/test_stack_hygiene.py accepts it), and Chalice's own setting is never used.
+    assert "ReservedConcurrentExecutions" not in resources["FlagSync"]["Properties"]
     assert "reserved_concurrency" not in json.dumps(json.loads((ROOT / ".chalice" / "config.json").read_text()))
 
 
 @pytest.mark.slow
 def test_the_api_function_ends_before_api_gateway_gives_up_and_every_outbound_budget_fits_inside(resources):
-    # API Gateway's integration timeout is 29 s (an EDGE API cannot raise it): a longer function only leaves
-    # zombie invocations. The worst request (docs/deploy.md: timeouts) reads both secrets on a cold start, makes
-    # its Redis calls and waits for the shop.
+    # API Gateway's integration timeout is 29 s (the REGIONAL API keeps the default) and CloudFront waits 30 s for
+    # it: a longer function only leaves zombie invocations. The worst request (docs/deploy.md: timeouts) reads both
+    # secrets on a cold start, makes its Redis calls and waits for the shop.
     timeout = resources["APIHandler"]["Properties"]["Timeout"]
     config = aws.CLIENT_CONFIG
     secret_read_s = (config.connect_timeout + config.read_timeout) * config.retries["total_max_attempts"]
     redis_call_s = 0.2 + 0.5  # connect() in chalicelib/redis_connection.py
     worst_s = 2 * secret_read_s + 4 * redis_call_s + ORIGIN_TIMEOUT_MAX_MS / 1000
     assert worst_s < timeout < 29
+    origin = resources["Distribution"]["Properties"]["DistributionConfig"]["Origins"][0]
+    assert origin["CustomOriginConfig"]["OriginReadTimeout"] > 29
     assert resources["PurchaseAuthorizer"]["Properties"]["Timeout"] > secret_read_s + 1
 
 
@@ -500,6 +532,78 @@ def test_api_gateway_calls_the_alias_that_optional_provisioned_concurrency_is_on
     assert resources["APIHandlerInvokePermission"]["Properties"]["FunctionName"] == {"Ref": "APIHandler.Alias"}
 
 
+@pytest.mark.slow
+def test_every_function_runs_a_published_version_through_its_alias(resources, openapi):
+    for function in FUNCTIONS:
+        assert resources[function]["Properties"]["AutoPublishAlias"] == "live"
+    # Whoever starts a function starts its alias, never the unpublished $LATEST.
+    entry = openapi["securityDefinitions"]["purchase_authorizer"]["x-amazon-apigateway-authorizer"]
+    assert {"Ref": "PurchaseAuthorizer.Alias"} in entry["authorizerUri"]["Fn::Join"][1]
+    for permission, function in (
+        ("APIHandlerInvokePermission", "APIHandler"),
+        ("PurchaseAuthorizerInvokePermission", "PurchaseAuthorizer"),
+        ("AdmissionPumpSchedulePermission", "AdmissionPump"),
+    ):
+        assert resources[permission]["Properties"]["FunctionName"] == {"Ref": f"{function}.Alias"}
+    invokers = json.dumps({name: r for name, r in resources.items() if r["Type"] != "AWS::CloudWatch::Alarm"})
+    for function in FUNCTIONS:
+        assert f'["{function}", "Arn"]' not in invokers and "${" + function + ".Arn}" not in invokers
+
+
+@pytest.mark.slow
+def test_a_release_reaches_the_api_and_the_authorizer_as_a_canary_their_alarms_roll_back(template, resources):
+    strategy = template["Parameters"]["ReleaseStrategy"]
+    assert strategy["Default"] == "Canary10Percent5Minutes" and "AllAtOnce" in strategy["AllowedValues"]
+    rollback = {
+        "APIHandler": ["ApiErrorRateAlarm", "ApiLatencyAlarm", "ApiFunctionErrorsAlarm"],
+        "PurchaseAuthorizer": ["AuthorizerErrorsAlarm"],
+    }
+    for function, alarms in rollback.items():
+        preference = resources[function]["Properties"]["DeploymentPreference"]
+        assert preference == {"Type": {"Ref": "ReleaseStrategy"}, "Alarms": [{"Ref": alarm} for alarm in alarms]}
+        for alarm in alarms:  # alarms every stack has
+            assert resources[alarm]["Type"] == "AWS::CloudWatch::Alarm" and "Condition" not in resources[alarm]
+    for function in ("AdmissionPump", "FlagSync"):  # one invocation at a time: nothing to split
+        assert "DeploymentPreference" not in resources[function]["Properties"]
+
+
+STACK_POLICY = ROOT / "infra" / "stack-policy.json"
+THE_CACHE = {
+    "ReplicationGroup",
+    "ServerlessCache",
+    "CacheUser",
+    "CacheUserGroup",
+    "CacheParameterGroup",
+    "CacheSubnetGroup",
+    "CacheSecurityGroup",
+    "RedisAuthToken",
+}
+
+
+@pytest.mark.slow
+def test_the_cache_outlives_a_replacement_or_its_stack_and_the_stack_policy_refuses_both(resources):
+    for name in THE_CACHE:
+        assert resources[name]["DeletionPolicy"] == resources[name]["UpdateReplacePolicy"] == "Retain", name
+    allow, deny = json.loads(STACK_POLICY.read_text())["Statement"]
+    assert allow == {"Effect": "Allow", "Principal": "*", "Action": "Update:*", "Resource": "*"}
+    assert (deny["Effect"], deny["Principal"], set(deny["Action"])) == (
+        "Deny",
+        "*",
+        {"Update:Replace", "Update:Delete"},
+    )
+    protected = {resource.removeprefix("LogicalResourceId/") for resource in deny["Resource"]}
+    # The cache, and the signing keys: replaced, every ticket and entry token in the hands of shoppers is void.
+    assert protected == THE_CACHE | {"SigningKeys"} and protected <= set(resources)
+    # The deploy command applies it, every time (docs/deploy.md: build and deploy).
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    deploy = guide[guide.index("## Build and deploy") : guide.index("## Parameters")]
+    assert (
+        "aws cloudformation set-stack-policy --stack-name virtual-queue --stack-policy-body file://infra/stack-policy.json"
+        in deploy
+    )
+    assert "--enable-termination-protection" in deploy
+
+
 # --- alarms and dashboard ---
 
 
@@ -514,10 +618,11 @@ def emitted_names():
 
 
 # What AWS files and the alarms read, per namespace: the Lambda developer guide ("Types of metrics for Lambda
-# functions"), API Gateway's ("Amazon API Gateway dimensions and metrics"), ElastiCache's ("Host-level metrics",
-# "Metrics for Valkey and Redis OSS", "Serverless metrics").
+# functions", its account-wide ConcurrentExecutions and Throttles too), API Gateway's ("Amazon API Gateway
+# dimensions and metrics"), ElastiCache's ("Host-level metrics", "Metrics for Valkey and Redis OSS", "Serverless
+# metrics"), AWS WAF's ("AWS WAF metrics and dimensions") and CloudFront's ("CloudFront distribution metrics").
 AWS_METRICS = {
-    "AWS/Lambda": {"Errors", "Throttles", "Invocations", "AsyncEventsDropped", "Duration"},
+    "AWS/Lambda": {"Errors", "Throttles", "Invocations", "AsyncEventsDropped", "Duration", "ConcurrentExecutions"},
     "AWS/ApiGateway": {"Count", "5XXError", "4XXError", "Latency", "IntegrationLatency"},
     "AWS/ElastiCache": {
         "DatabaseMemoryUsagePercentage",
@@ -527,7 +632,18 @@ AWS_METRICS = {
         "ElastiCacheProcessingUnits",
         "ThrottledCmds",
     },
+    "AWS/WAFV2": {"BlockedRequests"},
+    "AWS/CloudFront": {"Requests", "4xxErrorRate", "5xxErrorRate"},
 }
+
+
+def filed_from_logs(resources):
+    """The metrics the log groups' metric filters file (infra/logs.yaml), by name."""
+    return {
+        transformation["MetricName"]
+        for resource in of_type(resources, "AWS::Logs::MetricFilter").values()
+        for transformation in resource["Properties"]["MetricTransformations"]
+    }
 
 
 def alarm_metrics(alarm):
@@ -538,11 +654,18 @@ def alarm_metrics(alarm):
 
 @pytest.mark.slow
 def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
+    from infra.package import MAX_SHARDS, NODE_ALARMS
+
     alarms = of_type(resources, "AWS::CloudWatch::Alarm")
     watched = {
         name: {f"{m['Namespace']}:{m['MetricName']}" for m in alarm_metrics(alarm)} for name, alarm in alarms.items()
     }
     ours = "VirtualQueue:"
+    nodes = {
+        f"{kind}Shard{shard}Alarm": {f"AWS/ElastiCache:{metric}"}
+        for shard in range(1, MAX_SHARDS + 1)
+        for kind, (metric, *_) in NODE_ALARMS.items()
+    }
     assert watched == {
         "QueueNearCapacityAlarm": {ours + "QueueFullPercent"},
         "AdmissionBelowTargetAlarm": {ours + "Admitted", ours + "TargetRatePerSec"},
@@ -558,15 +681,23 @@ def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
         "ApiLatencyAlarm": {"AWS/ApiGateway:Latency"},
         "ApiFunctionErrorsAlarm": {"AWS/Lambda:Errors", "AWS/Lambda:Throttles"},
         "AuthorizerErrorsAlarm": {"AWS/Lambda:Errors", "AWS/Lambda:Throttles"},
-        "CacheMemoryAlarm": {"AWS/ElastiCache:DatabaseMemoryUsagePercentage"},
-        "CacheEngineCpuAlarm": {"AWS/ElastiCache:EngineCPUUtilization"},
-        "CacheReplicationLagAlarm": {"AWS/ElastiCache:ReplicationLag"},
+        "GatewayThrottledAlarm": {ours + "GatewayThrottled"},
+        "ArrivalsThrottledAlarm": {ours + "ArrivalsThrottled"},
+        "WafBlockedAlarm": {"AWS/WAFV2:BlockedRequests"},
+        "EvictionSpikeAlarm": {ours + "Evicted", ours + "Admitted"},
+        "AccountConcurrencyAlarm": {"AWS/Lambda:ConcurrentExecutions"},
+        "AccountThrottlesAlarm": {"AWS/Lambda:Throttles"},
+        "FlagSyncErrorsAlarm": {ours + "FlagSyncFailed", "AWS/Lambda:Errors", "AWS/Lambda:Throttles"},
+        **nodes,
         "CacheThrottledAlarm": {"AWS/ElastiCache:ThrottledCmds"},
         "CacheDataAlarm": {"AWS/ElastiCache:BytesUsedForCache"},
     }
+    from_logs = filed_from_logs(resources)
     for alarm in alarms.values():
         for metric in alarm_metrics(alarm):
-            if metric["Namespace"] == "VirtualQueue":
+            if metric["Namespace"] == "VirtualQueue" and metric["MetricName"] in from_logs:
+                assert "Dimensions" not in metric  # a metric filter's, filed without any
+            elif metric["Namespace"] == "VirtualQueue":
                 assert metric["MetricName"] in emitted_names()
                 assert metric["Dimensions"] == [{"Name": "service", "Value": "virtual-queue"}]
             else:
@@ -592,13 +723,21 @@ def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
     assert shape("ApiFunctionErrorsAlarm") == (10, "GreaterThanOrEqualToThreshold", 2, 2)
     assert shape("AuthorizerErrorsAlarm") == (1, "GreaterThanOrEqualToThreshold", 2, 2)
     assert shape("SigningKeysUnavailableAlarm") == (1, "GreaterThanOrEqualToThreshold", 1, 1)
-    assert shape("CacheMemoryAlarm") == (75, "GreaterThanThreshold", 3, 3)
-    assert shape("CacheEngineCpuAlarm") == (80, "GreaterThanThreshold", 5, 5)
-    assert shape("CacheReplicationLagAlarm") == (1, "GreaterThanThreshold", 3, 3)
+    assert shape("GatewayThrottledAlarm") == (60, "GreaterThanThreshold", 2, 2)
+    assert shape("ArrivalsThrottledAlarm") == (600, "GreaterThanThreshold", 5, 5)
+    assert shape("WafBlockedAlarm") == (100, "GreaterThanThreshold", 1, 1)
+    assert shape("EvictionSpikeAlarm") == (1, "GreaterThanOrEqualToThreshold", 1, 1)
+    assert shape("AccountConcurrencyAlarm") == (80, "GreaterThanThreshold", 2, 2)
+    assert shape("AccountThrottlesAlarm") == (10, "GreaterThanOrEqualToThreshold", 2, 2)
+    assert shape("FlagSyncErrorsAlarm") == (1, "GreaterThanOrEqualToThreshold", 1, 1)
+    for shard in range(1, MAX_SHARDS + 1):
+        assert shape(f"CacheMemoryShard{shard}Alarm") == (75, "GreaterThanThreshold", 3, 3)
+        assert shape(f"CacheEngineCpuShard{shard}Alarm") == (80, "GreaterThanThreshold", 2, 2)  # within 2 minutes
+        assert shape(f"CacheReplicationLagShard{shard}Alarm") == (1, "GreaterThanThreshold", 3, 3)
     assert alarms["BypassDeniedAlarm"]["Properties"]["Threshold"] == {"Ref": "BypassDeniedPerMinuteAlarm"}
     assert alarms["RedisDegradedAlarm"]["Properties"]["Threshold"] == 1
     assert alarms["RedisOutOfMemoryAlarm"]["Properties"]["Threshold"] == 1
-    # Each function's AWS metrics are its own.
+    # Each function's AWS metrics are its own; the account's carry no dimension at all.
     for name, function in (
         ("PumpThrottledAlarm", "AdmissionPump"),
         ("ApiFunctionErrorsAlarm", "APIHandler"),
@@ -606,11 +745,21 @@ def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
     ):
         for metric in alarm_metrics(alarms[name]):
             assert metric["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": function}}]
-    # The cache's alarms exist for the cache the stack runs: its nodes, or the serverless cache.
-    for name in ("CacheMemoryAlarm", "CacheEngineCpuAlarm", "CacheReplicationLagAlarm"):
-        assert alarms[name]["Condition"] == "CacheOnNodes"
-        nodes = [m["Dimensions"][0]["Value"]["Fn::Sub"] for m in alarm_metrics(alarms[name])]
-        assert nodes == ["${ReplicationGroup}-0001-001", "${ReplicationGroup}-0001-002"]
+    for metric in alarm_metrics(alarms["FlagSyncErrorsAlarm"]):
+        if metric["Namespace"] == "AWS/Lambda":
+            assert metric["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "FlagSync"}}]
+    for name in ("AccountConcurrencyAlarm", "AccountThrottlesAlarm"):
+        assert all("Dimensions" not in metric for metric in alarm_metrics(alarms[name]))
+    share = alarms["AccountConcurrencyAlarm"]["Properties"]["Metrics"][-1]["Expression"]["Fn::Sub"]
+    assert share == "100 * running / ${AccountConcurrencyQuota}"
+    # The web ACL's blocks, every rule's, by the name infra/edge.yaml gives it (no condition: no ACL, no data).
+    assert "Condition" not in alarms["WafBlockedAlarm"]
+    assert alarms["WafBlockedAlarm"]["Properties"]["Dimensions"] == [
+        {"Name": "WebACL", "Value": resources["EdgeWebAcl"]["Properties"]["Name"]},
+        {"Name": "Region", "Value": {"Ref": "AWS::Region"}},
+        {"Name": "Rule", "Value": "ALL"},
+    ]
+    # The cache's alarms exist for the cache the stack runs: its nodes (test below), or the serverless cache.
     for name in ("CacheThrottledAlarm", "CacheDataAlarm"):
         assert alarms[name]["Condition"] == "CacheServerless"
         assert alarm_metrics(alarms[name])[0]["Dimensions"] == [
@@ -618,6 +767,102 @@ def test_alarms_watch_metrics_the_code_or_aws_emits(resources):
         ]
     assert shape("CacheThrottledAlarm") == (1, "GreaterThanOrEqualToThreshold", 1, 1)
     assert shape("CacheDataAlarm") == (2**30, "GreaterThanThreshold", 3, 3)
+
+
+def holds(condition, conditions, parameters):
+    """Whether a CloudFormation condition holds for these parameter values (the functions this template uses)."""
+    if isinstance(condition, str):
+        return holds(conditions[condition], conditions, parameters)
+    ((function, arguments),) = condition.items()
+    if function == "Condition":
+        return holds(arguments, conditions, parameters)
+    if function == "Fn::Equals":
+        left, right = (str(parameters[a["Ref"]]) if isinstance(a, dict) else str(a) for a in arguments)
+        return left == right
+    if function == "Fn::Not":
+        return not holds(arguments[0], conditions, parameters)
+    if function == "Fn::And":
+        return all(holds(a, conditions, parameters) for a in arguments)
+    if function == "Fn::Or":
+        return any(holds(a, conditions, parameters) for a in arguments)
+    raise AssertionError(f"no such condition function here: {function}")
+
+
+@pytest.mark.slow
+def test_every_node_of_every_shard_the_cache_can_have_is_watched(template, resources):
+    from infra.package import MAX_SHARDS, NODE_ALARMS, NODES_PER_SHARD
+
+    assert template["Parameters"]["CacheShards"]["MaxValue"] == MAX_SHARDS
+    assert template["Parameters"]["CacheReplicasPerShard"]["MaxValue"] + 1 == NODES_PER_SHARD
+    conditions = template["Conditions"]
+    for mode in ("nodes", "serverless"):
+        for shards in range(1, MAX_SHARDS + 1):
+            parameters = {"CacheMode": mode, "CacheShards": shards}
+            for shard in range(1, MAX_SHARDS + 1):
+                for kind in NODE_ALARMS:
+                    alarm = resources[f"{kind}Shard{shard}Alarm"]
+                    # Created exactly for the shards the cache has, and only on nodes.
+                    assert holds(alarm["Condition"], conditions, parameters) == (mode == "nodes" and shard <= shards)
+                    # ElastiCache files each node's metrics under <group>-<shard>-<node>; the highest counts.
+                    watched = [m["Dimensions"] for m in alarm_metrics(alarm)]
+                    assert watched == [
+                        [{"Name": "CacheClusterId", "Value": {"Fn::Sub": f"${{ReplicationGroup}}-{shard:04}-{n:03}"}}]
+                        for n in range(1, NODES_PER_SHARD + 1)
+                    ]
+                    (expression,) = [q for q in alarm["Properties"]["Metrics"] if "Expression" in q]
+                    assert (
+                        expression["Expression"]
+                        == f"MAX([{', '.join(q['Id'] for q in alarm['Properties']['Metrics'][:-1])}])"
+                    )
+
+
+@pytest.mark.slow
+def test_alarms_reach_an_address_when_one_is_given_and_elasticache_tells_the_same_topic(template, resources):
+    assert template["Parameters"]["AlarmEmail"]["Default"] == ""
+    assert template["Conditions"]["MailAlarms"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}]}
+    mail = resources["AlarmMail"]
+    assert mail["Condition"] == "MailAlarms"
+    assert mail["Properties"] == {
+        "TopicArn": {"Ref": "AlarmTopic"},
+        "Protocol": "email",
+        "Endpoint": {"Ref": "AlarmEmail"},
+    }
+    pattern = template["Parameters"]["AlarmEmail"]["AllowedPattern"]
+    assert re.fullmatch(pattern, "oncall@shop.example") and re.fullmatch(pattern, "")
+    assert not re.fullmatch(pattern, "not an address")
+    # Failovers, node replacements and maintenance, from ElastiCache itself.
+    assert resources["ReplicationGroup"]["Properties"]["NotificationTopicArn"] == {"Ref": "AlarmTopic"}
+
+
+@pytest.mark.slow
+def test_the_metric_filters_read_fields_the_access_log_writes(resources):
+    fmt = resources["RestAPI"]["Properties"]["AccessLogSetting"]["Format"]
+    written = set(re.findall(r'"(\w+)":', fmt))
+    assert '"responseType":"$context.error.responseType"' in fmt  # THROTTLED on API Gateway's own 429
+    for name in ("GatewayThrottledFilter", "ArrivalsThrottledFilter", "GatewayThrottledByRouteFilter"):
+        properties = resources[name]["Properties"]
+        assert properties["LogGroupName"] == {"Ref": "ApiAccessLogs"}
+        assert set(re.findall(r"\$\.(\w+)", properties["FilterPattern"])) <= written
+        assert '$.responseType = "THROTTLED"' in properties["FilterPattern"]
+    # The arrivals and the rest split the throttled requests between them: enter (POST) and the page, and the others.
+    enter, page = "/virtual-queues/{queue_type}/{target_id}/entries", "/waiting-room/{queue_type}/{target_id}"
+    for pattern in (resources["GatewayThrottledFilter"], resources["ArrivalsThrottledFilter"]):
+        text = pattern["Properties"]["FilterPattern"]
+        assert enter in text and page in text and '"POST"' in text
+    (by_route,) = resources["GatewayThrottledByRouteFilter"]["Properties"]["MetricTransformations"]
+    assert by_route["Dimensions"] == [{"Key": "route", "Value": "$.resource"}, {"Key": "method", "Value": "$.method"}]
+
+
+def test_the_flag_sync_filter_matches_the_line_flag_sync_logs_when_it_cannot_publish(log_lines):
+    from chalicelib.flag_sync import sync
+
+    def broken_store():
+        raise redis.ConnectionError("down")
+
+    assert sync({"Type": "PreStartDeployment", "Content": ""}, broken_store, lambda: {}) == {"published": False}
+    piece = (ROOT / "infra" / "logs.yaml").read_text()
+    (message,) = re.findall(r'FlagSyncFailedFilter:.*?FilterPattern: \'\{ \$\.message = "([^"]+)" \}\'', piece, re.S)
+    assert message in [line["message"] for line in log_lines()]
 
 
 def test_only_the_pump_may_publish_events_to_its_bus_only(template, resources):
@@ -652,6 +897,8 @@ def dashboard_body(resources, branch=1):
             return separator.join(rendered(item) for item in items)
         if isinstance(value, dict) and "Fn::If" in value:
             return rendered(value["Fn::If"][branch])
+        if isinstance(value, dict) and "Ref" in value:
+            return "${" + value["Ref"] + "}"
         return value["Fn::Sub"] if isinstance(value, dict) else value
 
     for name, value in variables.items():
@@ -664,7 +911,7 @@ def test_dashboard_is_valid_json_showing_what_operators_watch_and_every_alarm(re
     serverless = dashboard_body(resources, branch=2)
     body = dashboard_body(resources)
     for text in (body, serverless):
-        filled = re.sub(r"\$\{BypassDeniedPerMinuteAlarm\}", "50", text)
+        filled = re.sub(r"\$\{(BypassDeniedPerMinuteAlarm|AccountConcurrencyQuota)\}", "50", text)
         dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", filled))
     titles = " | ".join(w["properties"]["title"] for w in dashboard["widgets"])
     for topic in (
@@ -680,10 +927,15 @@ def test_dashboard_is_valid_json_showing_what_operators_watch_and_every_alarm(re
         "API latency",
         "Pump: starts",
         "Cache: memory",
+        "API Gateway 429s by route",
+        "WAF: requests blocked",
+        "Lambda executions",
+        "Edge (CloudFront",
     ):
         assert topic in titles
     shown = set(re.findall(r'"VirtualQueue", "(\w+)"', body)) | set(re.findall(r'MetricName=\\"(\w+)\\"', body))
-    assert {name for name in shown if name[0].isupper()} - emitted_names() <= AWS_METRICS["AWS/ElastiCache"]
+    others = AWS_METRICS["AWS/ElastiCache"] | AWS_METRICS["AWS/WAFV2"] | filed_from_logs(resources)
+    assert {name for name in shown if name[0].isupper()} - emitted_names() <= others
     assert {
         "TokensIssued",
         "TokensConsumed",
@@ -842,3 +1094,198 @@ def test_cluster_setting_makes_the_runtime_speak_cluster(env, valkey_cluster):
     # A plain client reaches one node only: the others' targets fail (open) with a MOVED answer.
     env(VQ_REDIS_CLUSTER="false")
     assert "DIRECT_ADMITTED" in {runtime.waiting_room().enter(target, "2").status for target in targets}
+
+
+# --- the edge's distribution (infra/distribution.yaml) ---
+
+CACHING_DISABLED = "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"  # CloudFront's managed cache policy CachingDisabled
+ALL_VIEWER_EXCEPT_HOST = (
+    "b689b0a8-53d0-40ab-baf2-68738e2966ac"  # managed origin request policy AllViewerExceptHostHeader
+)
+
+
+def behaviours(resources):
+    """The distribution's behaviours by path pattern, the default under "*"."""
+    config = resources["Distribution"]["Properties"]["DistributionConfig"]
+    return {b["PathPattern"]: b for b in config["CacheBehaviors"]} | {"*": config["DefaultCacheBehavior"]}
+
+
+def cache_key(resources, behaviour):
+    policy = resources[behaviour["CachePolicyId"]["Ref"]]["Properties"]["CachePolicyConfig"]
+    return policy, policy["ParametersInCacheKeyAndForwardedToOrigin"]
+
+
+@pytest.mark.slow
+def test_the_edge_is_on_by_default_in_front_of_a_regional_api(template, resources):
+    assert template["Parameters"]["EdgeDistribution"]["Default"] == "on"
+    assert template["Conditions"]["EdgeOn"] == {"Fn::Equals": [{"Ref": "EdgeDistribution"}, "on"]}
+    edge = [name for name, r in resources.items() if r["Type"].startswith("AWS::CloudFront::")]
+    assert {resources[name]["Condition"] for name in edge} == {"EdgeOn"} and "Distribution" in edge
+    # An edge-optimized API sits behind a distribution nobody can configure: ours needs a REGIONAL one.
+    assert resources["RestAPI"]["Properties"]["EndpointConfiguration"] == "REGIONAL"
+    (origin,) = resources["Distribution"]["Properties"]["DistributionConfig"]["Origins"]
+    assert origin["DomainName"] == {"Fn::Sub": "${RestAPI}.execute-api.${AWS::Region}.${AWS::URLSuffix}"}
+    assert origin["OriginPath"] == {"Fn::Join": ["", ["/", {"Ref": "RestAPI.Stage"}]]}
+    assert origin["CustomOriginConfig"]["OriginProtocolPolicy"] == "https-only"
+    # Every request from the edge carries the secret the stage's web ACL asks for (tests/test_edge.py).
+    assert origin["OriginCustomHeaders"] == [
+        {"HeaderName": "X-Origin-Verify", "HeaderValue": {"Fn::Sub": "{{resolve:secretsmanager:${EdgeOriginSecret}}}"}}
+    ]
+    assert template["Outputs"]["EdgeUrl"]["Condition"] == "EdgeOn"
+
+
+@pytest.mark.slow
+def test_the_line_is_cached_by_its_path_alone_for_what_the_origin_says_within_two_seconds(resources):
+    line = behaviours(resources)["/virtual-queues/*/line"]
+    assert fnmatch.fnmatchcase("/virtual-queues/limited-drop/42/line", "/virtual-queues/*/line")
+    assert line["AllowedMethods"] == ["GET", "HEAD"]
+    assert "OriginRequestPolicyId" not in line and "FunctionAssociations" not in line  # nothing more reaches the origin
+    policy, key = cache_key(resources, line)
+    assert (policy["MinTTL"], policy["DefaultTTL"], policy["MaxTTL"]) == (0, 1, 2)  # the origin's max-age, 1-2 s
+    assert key["HeadersConfig"] == {"HeaderBehavior": "none"}
+    assert key["CookiesConfig"] == {"CookieBehavior": "none"}
+    assert key["QueryStringsConfig"] == {"QueryStringBehavior": "none"}
+
+
+@pytest.mark.slow
+def test_the_page_is_cached_a_few_seconds_per_target_and_language(resources):
+    page_behaviour = behaviours(resources)["/waiting-room/*"]
+    assert fnmatch.fnmatchcase("/waiting-room/limited-drop/42", "/waiting-room/*")
+    assert fnmatch.fnmatchcase("/waiting-room/service-worker.js", "/waiting-room/*")
+    assert page_behaviour["AllowedMethods"] == ["GET", "HEAD"] and page_behaviour["Compress"] is True
+    policy, key = cache_key(resources, page_behaviour)
+    # Whatever the origin says (the page asks browsers to revalidate every load, with the edge then).
+    assert 1 <= policy["MinTTL"] == policy["DefaultTTL"] == policy["MaxTTL"] <= 10
+    # The path names the target; the language is the viewer function's, folded into Accept-Language (below).
+    assert key["HeadersConfig"] == {"HeaderBehavior": "whitelist", "Headers": ["Accept-Language"]}
+    assert key["QueryStringsConfig"] == {"QueryStringBehavior": "none"}
+    assert key["CookiesConfig"] == {"CookieBehavior": "none"}
+    (association,) = page_behaviour["FunctionAssociations"]
+    assert association == {
+        "EventType": "viewer-request",
+        "FunctionARN": {"Fn::GetAtt": ["EdgeViewerRequest", "FunctionARN"]},
+    }
+
+
+@pytest.mark.slow
+def test_every_other_route_is_never_cached_and_gets_every_header_and_the_body(resources):
+    per_user = behaviours(resources)["*"]
+    assert per_user["CachePolicyId"] == CACHING_DISABLED
+    # Authorization (the shop's JWT) can be forwarded only so: never by an origin request policy of one's own.
+    # All viewer headers but Host: X-Queue-Ticket, X-Entry-Token, Idempotency-Key, X-User-Id, and the body.
+    assert per_user["OriginRequestPolicyId"] == ALL_VIEWER_EXCEPT_HOST
+    assert set(per_user["AllowedMethods"]) == {"GET", "HEAD", "OPTIONS", "PUT", "PATCH", "POST", "DELETE"}
+    assert per_user["ViewerProtocolPolicy"] == "https-only"  # a redirect would drop a POST's body
+    assert per_user["FunctionAssociations"] == behaviours(resources)["/waiting-room/*"]["FunctionAssociations"]
+    # Every route of the API but the page's and the line's falls to it: enter, status, leave, purchases, the
+    # operators'.
+    for path in resources["RestAPI"]["Properties"]["DefinitionBody"]["paths"]:
+        concrete = re.sub(r"{[^}]+}", "x", path)
+        matching = [p for p in behaviours(resources) if p != "*" and fnmatch.fnmatchcase(concrete, p)]
+        public = {
+            "/waiting-room/": "/waiting-room/*",
+            "/virtual-queues/{queue_type}/{target_id}/line": "/virtual-queues/*/line",
+        }
+        assert matching == [p for prefix, p in public.items() if path.startswith(prefix)], path
+    # No error answer is kept for the next caller of the same path (one user's 404 NOT_IN_QUEUE, 403).
+    errors = resources["Distribution"]["Properties"]["DistributionConfig"]["CustomErrorResponses"]
+    assert {e["ErrorCode"] for e in errors} >= {400, 403, 404, 405, 414, 500, 501, 502, 503, 504}
+    assert all(e == {"ErrorCode": e["ErrorCode"], "ErrorCachingMinTTL": 0} for e in errors)
+
+
+def viewer_request(resources, requests):
+    """What the edge's viewer-request function makes of each request, run by Node.js."""
+    code = resources["EdgeViewerRequest"]["Properties"]["FunctionCode"]
+    script = code + f"\nconsole.log(JSON.stringify({json.dumps(requests)}.map(handler)));\n"
+    result = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def request_for(uri, accept_language=None, lang=None, ip="203.0.113.9"):
+    headers = {} if accept_language is None else {"accept-language": {"value": accept_language}}
+    return {
+        "request": {"uri": uri, "headers": headers, "querystring": {} if lang is None else {"lang": {"value": lang}}},
+        "viewer": {"ip": ip},
+    }
+
+
+@pytest.mark.slow
+def test_the_viewer_function_picks_the_pages_language_as_the_page_does_and_writes_the_shoppers_address(resources):
+    from chalicelib.page import language
+
+    assert shutil.which("node"), "Node.js runs the edge's function here"
+    asked = [
+        ("ko-KR,ko;q=0.9,en-US;q=0.8", None),
+        ("en-US,en;q=0.9,ko;q=0.95", None),
+        ("fr-CH, fr;q=0.9, de;q=0.7, *;q=0.5", None),
+        ("ko;q=0", None),
+        ("KO", None),
+        ("en;q=0.5,ko;q=0.5", None),
+        ("ko;q=1.000, en;q=1.", None),
+        ("  ko  ;  q = 0.8 , en;q=0.7", None),
+        ("ko;q=2", None),
+        ("zh-Hant-TW;q=0.8,ko-Kore-KR;q=0.9", None),
+        (",,,ko", None),
+        ("x" * 1200 + ",ko", None),
+        (",".join(["de"] * 60 + ["ko"]), None),
+        (None, None),
+        ("", None),
+        ("en", "ko"),
+        ("ko", "en"),
+        ("ko", "fr"),
+        (None, "ko"),
+    ]
+    requests = [request_for("/waiting-room/limited-drop/42", header, lang) for header, lang in asked]
+    answered = viewer_request(resources, requests)
+    for (header, lang), request in zip(asked, answered, strict=True):
+        assert request["headers"]["accept-language"]["value"] == language(header, lang), (header, lang)
+        assert request["headers"]["x-viewer-ip"]["value"] == "203.0.113.9"
+    # Elsewhere the language is the app's business; the address is written over whatever the client sent.
+    forged = request_for("/virtual-queues/limited-drop/42/entries", "ko")
+    forged["request"]["headers"]["x-viewer-ip"] = {"value": "198.51.100.1"}
+    (passed,) = viewer_request(resources, [forged])
+    assert passed["headers"]["accept-language"]["value"] == "ko"
+    assert passed["headers"]["x-viewer-ip"]["value"] == "203.0.113.9"
+
+
+# --- the network (infra/network.yaml) ---
+
+
+@pytest.mark.slow
+def test_the_network_piece_makes_the_endpoints_and_a_nat_gateway_per_zone_only_when_asked(template, resources):
+    assert template["Parameters"]["VpcEndpoints"]["Default"] == "off"
+    assert template["Parameters"]["NatPublicSubnetIds"]["Default"] == ""
+    endpoints = of_type(resources, "AWS::EC2::VPCEndpoint")
+    assert {e["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1] for e in endpoints.values()} == set(
+        typing.get_args(aws.Service)
+    )
+    for endpoint in endpoints.values():
+        assert endpoint["Condition"] == "MakeVpcEndpoints"
+        properties = endpoint["Properties"]
+        assert properties["VpcEndpointType"] == "Interface" and properties["PrivateDnsEnabled"] is True
+        assert properties["SubnetIds"] == {"Ref": "SubnetIds"}
+        assert properties["SecurityGroupIds"] == [{"Fn::GetAtt": ["EndpointSecurityGroup", "GroupId"]}]
+    (ingress,) = resources["EndpointSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert (ingress["FromPort"], ingress["ToPort"], ingress["SourceSecurityGroupId"]) == (
+        443,
+        443,
+        {"Ref": "LambdaSecurityGroupId"},
+    )
+    # One NAT gateway per zone, each zone's private route table sent to its own: one zone's loss is that zone's.
+    gateways = of_type(resources, "AWS::EC2::NatGateway")
+    routes = of_type(resources, "AWS::EC2::Route")
+    assert len(gateways) == len(routes) == 2
+    for zone, (name, gateway) in enumerate(sorted(gateways.items())):
+        assert gateway["Condition"] == "MakeNatGateways"
+        assert gateway["Properties"]["SubnetId"] == {"Fn::Select": [zone, {"Ref": "NatPublicSubnetIds"}]}
+        (route,) = [r["Properties"] for r in routes.values() if r["Properties"]["NatGatewayId"] == {"Ref": name}]
+        assert route["RouteTableId"] == {"Fn::Select": [zone, {"Ref": "NatPrivateRouteTableIds"}]}
+        assert route["DestinationCidrBlock"] == "0.0.0.0/0"
+
+
+@pytest.mark.slow
+def test_the_alarms_page_names_every_alarm_of_the_stack(resources):
+    page = (ROOT / "docs" / "alarms.md").read_text()
+    for name in of_type(resources, "AWS::CloudWatch::Alarm"):
+        documented = re.sub(r"Shard\d+Alarm$", "ShardNAlarm", name)  # one row for every shard's alarm of a kind
+        assert f"| `{documented}`" in page, name

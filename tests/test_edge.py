@@ -1,7 +1,9 @@
 """The edge: no answer of the API is stored by a cache (the app's, Chalice's own and API Gateway's), the pages send
 a Content-Security-Policy that lets exactly their own scripts run and fill their placeholders in one pass, and the
-built template throttles every route (arrivals on their own) and can limit each client IP's enters and requests
-with WAF. The pages under that policy in Chromium: tests/test_browser.py and tests/test_console.py."""
+built template throttles every route (arrivals on their own) for what reaches the origin behind the CloudFront
+distribution, and can limit each shopper address's enters and requests with WAF, sized for a NAT's crowd. The
+pages under that policy in Chromium: tests/test_browser.py and tests/test_console.py; the distribution itself:
+tests/test_deploy.py."""
 
 import base64
 import hashlib
@@ -24,6 +26,11 @@ ACCOUNT_RATE, ACCOUNT_BURST = 10_000, 5_000
 HEARTBEAT_S = int(
     json.loads((ROOT / ".chalice" / "config.json").read_text())["environment_variables"]["VQ_HEARTBEAT_TIMEOUT_S"]
 )
+# With the edge in front, a shopper polls the origin only once their turn is this near (VQ_PRESENCE_WINDOW_S,
+# docs/architecture.md: the far line at the edge); farther back they read the line's public state from the edge.
+PRESENCE_WINDOW_S = 120
+# The crowd one address may hold: a company's proxy or a mobile carrier's NAT (docs/identity.md).
+NAT_USERS = 5000
 ENTRIES = "/virtual-queues/limited-drop/42/entries"
 PAGE = "/waiting-room/limited-drop/42"
 JSON = {"Content-Type": "application/json"}
@@ -222,17 +229,28 @@ def test_every_route_is_throttled_and_arrivals_have_a_limit_of_their_own(resourc
         assert setting["ThrottlingBurstLimit"] == {"Ref": "ArrivalThrottleBurst"}
 
 
+def polls_near_the_front():
+    """The polls one user sends from the presence window's edge to their turn, at the pacing's shortest gaps."""
+    eta_s, polls = float(PRESENCE_WINDOW_S), 0
+    while eta_s > 0:
+        eta_s -= polling.waiting_poll_after_ms(eta_s, HEARTBEAT_S, rand=lambda: 1.0) / 1000
+        polls += 1
+    return polls
+
+
 @pytest.mark.slow
-def test_default_limits_fit_the_account_quota_and_carry_the_default_line(template):
+def test_default_limits_fit_the_account_quota_and_what_reaches_the_origin_behind_the_edge(template):
     p = parameter_defaults(template)
     # Each route has a bucket of its own: polls, enters and page loads all at their limits stay within the quota.
     assert p["ThrottleRate"] + 2 * p["ArrivalThrottleRate"] <= ACCOUNT_RATE
     assert max(p["ThrottleBurst"], p["ArrivalThrottleBurst"]) <= ACCOUNT_BURST
-    # A full line of the default size polls within the poll route's rate: everyone far from the front at the
-    # shortest gap the pacing gives, plus about 8 requests per admission near the front (docs/capacity.md).
-    shortest_gap_s = polling.longest_interval_ms(HEARTBEAT_S) * (1 - polling.JITTER) / 1000
+    # Behind the edge the far line reads from CloudFront: the poll route carries the users near the front, about
+    # 11 polls per admission, whatever the line's length; with room for three times the default rate.
+    assert 10 <= polls_near_the_front() <= 13
     admissions_per_s = p["BatchSize"] / (p["TickMs"] / 1000)
-    assert p["MaxWaiting"] / shortest_gap_s + 8 * admissions_per_s <= p["ThrottleRate"]
+    assert 3 * admissions_per_s * polls_near_the_front() <= p["ThrottleRate"]
+    # An opening crowd's enters are throttled on purpose beyond their own rate; the page comes from the edge.
+    assert p["ArrivalThrottleRate"] >= 10 * admissions_per_s
 
 
 @pytest.mark.slow
@@ -263,20 +281,43 @@ def test_a_limit_of_0_creates_no_waf_resource_at_all(template, resources):
     assert {"Ref": "RestAPI"} in arn and {"Ref": "RestAPI.Stage"} in arn  # the API's one stage
 
 
-def rules(resources):
-    return {rule["Name"]: rule for rule in resources["EdgeWebAcl"]["Properties"]["Rules"]}
+def rules(resources, edge=True):
+    """The web ACL's rules by name, as they are with the edge on (a rule under Fn::If: its first branch) or off."""
+    found = {}
+    for rule in resources["EdgeWebAcl"]["Properties"]["Rules"]:
+        if "Fn::If" in rule:
+            condition, on, off = rule["Fn::If"]
+            assert condition == "EdgeOn"
+            rule = on if edge else off
+        if rule != {"Ref": "AWS::NoValue"}:
+            found[rule["Name"]] = rule
+    return found
+
+
+def shopper_address(rule, edge):
+    """How a rate rule tells shoppers apart, with the edge on or off."""
+    rate = rule["Statement"]["RateBasedStatement"]
+    branch = 1 if edge else 2
+    return rate["AggregateKeyType"]["Fn::If"][branch], rate["ForwardedIPConfig"]["Fn::If"][branch]
 
 
 @pytest.mark.slow
-def test_the_waf_limits_each_client_ips_enters_and_requests_and_answers_429_with_retry_after(template, resources):
+def test_the_waf_limits_each_shopper_address_and_answers_429_with_retry_after(template, resources):
     acl = resources["EdgeWebAcl"]["Properties"]
     assert acl["Scope"] == "REGIONAL" and acl["DefaultAction"] == {"Allow": {}}
     limits = {"enters-per-ip": "EnterLimitPerIp", "requests-per-ip": "RequestLimitPerIp"}
-    assert set(rules(resources)) == set(limits)
-    for name, rule in rules(resources).items():
+    assert set(rules(resources, edge=False)) == set(limits)
+    assert set(rules(resources)) == set(limits) | {"through-the-edge"}
+    for name, rule in rules(resources, edge=False).items():
         rate = rule["Statement"]["RateBasedStatement"]
         assert rate["Limit"] == {"Ref": limits[name]} and rate["EvaluationWindowSec"] == 300
-        assert rate["AggregateKeyType"] == "IP"  # the connection's address, never a header the client writes
+        # Without the edge, the connection's address; behind it, the one the edge's function wrote (never
+        # X-Forwarded-For, whose first address the client writes), and a request without one is not counted.
+        assert shopper_address(rule, edge=False) == ("IP", {"Ref": "AWS::NoValue"})
+        assert shopper_address(rule, edge=True) == (
+            "FORWARDED_IP",
+            {"HeaderName": "X-Viewer-Ip", "FallbackBehavior": "NO_MATCH"},
+        )
         response = rule["Action"]["Block"]["CustomResponse"]
         assert response["ResponseCode"] == 429
         headers = {h["Name"]: h["Value"] for h in response["ResponseHeaders"]}
@@ -287,13 +328,49 @@ def test_the_waf_limits_each_client_ips_enters_and_requests_and_answers_429_with
 
 
 @pytest.mark.slow
-def test_the_default_waf_limits_leave_room_for_users_behind_one_address(template, resources):
+@pytest.mark.parametrize(
+    "path, secret, blocked",
+    [
+        ("/api/virtual-queues/limited-drop/42/entries", True, False),
+        ("/api/virtual-queues/limited-drop/42/entries", False, True),
+        ("/api/virtual-queues/limited-drop/42/entries/me", False, True),
+        ("/api/waiting-room/limited-drop/42", False, True),
+        ("/api/limited-drops/42/orders", False, True),
+        ("/api/virtual-queues/limited-drop/42/line", False, True),
+        # Operators call the stage itself, signed: IAM guards these.
+        ("/api/virtual-queues", False, False),
+        ("/api/virtual-queues/limited-drop/42/stats", False, False),
+        ("/api/virtual-queues/ticketing-event/9/config", False, False),
+        ("/api/console", False, False),
+    ],
+)
+def test_behind_the_edge_the_stage_turns_away_what_did_not_come_through_it(resources, path, secret, blocked):
+    rule = rules(resources)["through-the-edge"]
+    assert rule["Priority"] < min(r["Priority"] for r in rules(resources, edge=False).values())
+    has_secret, not_operator = rule["Statement"]["AndStatement"]["Statements"]
+    header = has_secret["NotStatement"]["Statement"]["ByteMatchStatement"]
+    assert header["FieldToMatch"] == {"SingleHeader": {"Name": "x-origin-verify"}}
+    assert header["PositionalConstraint"] == "EXACTLY"
+    # The value CloudFront sends (tests/test_deploy.py: the distribution's origin).
+    assert header["SearchString"] == {"Fn::Sub": "{{resolve:secretsmanager:${EdgeOriginSecret}}}"}
+    operators = not_operator["NotStatement"]["Statement"]["RegexMatchStatement"]
+    assert operators["FieldToMatch"] == {"UriPath": {}}
+    assert bool(not secret and not re.search(operators["RegexString"], path)) == blocked
+    assert rule["Action"]["Block"]["CustomResponse"]["ResponseCode"] == 403
+
+
+@pytest.mark.slow
+def test_the_default_waf_limits_let_a_nat_of_thousands_in_line(template, resources):
     p = parameter_defaults(template)
-    assert (p["EnterLimitPerIp"], p["RequestLimitPerIp"]) == (1000, 10_000)
     assert template["Parameters"]["RequestLimitPerIp"]["MinValue"] == 10  # WAF's lowest limit
-    # An address (a mobile carrier's NAT) with 300 users in line at the pacing's far-from-front rate stays under it.
+    # 5,000 shoppers behind one address arriving within the 5-minute window, each entering twice (a reload).
+    assert p["EnterLimitPerIp"] >= 2 * NAT_USERS
+    # ... and all of them in line at once, far from the front, polling the origin as clients did before the edge
+    # (at the pacing's shortest far gap), besides their enters: under the limit even then. Behind the edge they
+    # poll only near the front, about 11 polls each over two minutes.
     shortest_gap_s = polling.longest_interval_ms(HEARTBEAT_S) * (1 - polling.JITTER) / 1000
-    assert 300 * 300 / shortest_gap_s <= p["RequestLimitPerIp"]
+    assert NAT_USERS * 300 / shortest_gap_s + 2 * NAT_USERS <= p["RequestLimitPerIp"]
+    assert NAT_USERS * (polls_near_the_front() + 3) <= p["RequestLimitPerIp"]
     # Blocked anyway, they are asked back often enough to keep their place once the address is let through.
     response = rules(resources)["requests-per-ip"]["Action"]["Block"]["CustomResponse"]
     retry_after = int({h["Name"]: h["Value"] for h in response["ResponseHeaders"]}["Retry-After"])

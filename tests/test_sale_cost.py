@@ -34,14 +34,14 @@ from infra.sim.sale_cost import (
 def test_idle_cost_is_the_cache_and_a_pump_start_a_minute_that_returns_at_once():
     cost = idle_cost(Deployment(memory_mb=2048, cache_nodes=3))
     runs = HOURS_PER_MONTH * 60
-    assert cost["cache"] == round(3 * CACHE_NODE_HOUR["cache.r7g.large"] * HOURS_PER_MONTH, 2)
+    assert cost["cache"] == round(3 * CACHE_NODE_HOUR["cache.m7g.large"] * HOURS_PER_MONTH, 2)
     pump = runs / 1e6 * LAMBDA_PER_MILLION + 2 * runs * IDLE_PUMP_RUN_S * LAMBDA_PER_GB_SECOND
     assert cost["pump_lambda"] == round(pump, 2) < 0.25  # a few cents: no run ticks while nothing is on sale
     assert cost["total"] == round(sum(v for k, v in cost.items() if k != "total"), 2)
 
 
 def test_the_web_acl_costs_its_fees_idle_and_its_price_for_every_request_of_a_sale():
-    assert idle_cost()["waf"] == WAF_WEB_ACL_PER_MONTH + 2 * WAF_RULE_PER_MONTH
+    assert idle_cost()["waf"] == WAF_WEB_ACL_PER_MONTH + 3 * WAF_RULE_PER_MONTH
     assert idle_cost(Deployment(waf_rules=0))["waf"] == 0
     load = SaleLoad(api_requests=6_000_000, authorizer_calls=100_000, handler_seconds=90_000, duration_s=2000)
     with_waf, without = sale_cost(load), sale_cost(load, Deployment(waf_rules=0))
@@ -75,12 +75,13 @@ def test_behind_the_edge_cloudfront_bills_every_request_and_the_gateway_only_tho
 def test_the_serverless_cache_idles_at_its_storage_floor_and_a_sale_costs_about_the_same():
     nodes, serverless = Deployment(), Deployment(cache="serverless")
     assert idle_cost(serverless)["cache"] == round(SERVERLESS_MIN_GB * SERVERLESS_GB_HOUR * HOURS_PER_MONTH, 2)
-    assert idle_cost(serverless)["total"] < 20 < 250 < idle_cost(nodes)["total"]
+    assert idle_cost(serverless)["total"] < 25 < 150 < idle_cost(nodes)["total"]
     a_sale = {choice.cache: sale_cost(HUNDRED_THOUSAND, choice) for choice in (nodes, serverless)}
     # Either way the gateway's $3.50 a million requests is most of a sale (WAF's $0.60 next).
     for cost in a_sale.values():
         assert cost["api_gateway"] / cost["total"] > 0.65
-    assert a_sale["serverless"]["cache"] < a_sale["nodes"]["cache"] < 1
+    # The nodes' hours of the sale, or the serverless cache's ECPUs (about 20 a request): cents either way.
+    assert max(a_sale["serverless"]["cache"], a_sale["nodes"]["cache"]) < 1
 
 
 def test_the_network_costs_more_than_the_serverless_stack_when_the_vpc_has_none():

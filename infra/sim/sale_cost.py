@@ -16,13 +16,15 @@ MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
 # USD. API Gateway REST APIs: per million requests (first 333 million a month; HTTP APIs are $1.00). Source: the
 # API Gateway pricing page.
 API_GATEWAY_REST_PER_MILLION = 3.50
-# Lambda (x86): per million invocations, and per GB-second of billed duration. Source: the Lambda pricing page.
+# Lambda (arm64, the functions' architecture; x86_64's GB-second is $0.0000166667): per million invocations, and
+# per GB-second of billed duration. Source: the Lambda pricing page.
 LAMBDA_PER_MILLION = 0.20
-LAMBDA_PER_GB_SECOND = 0.0000166667
-# ElastiCache for Valkey, node-based: per node-hour of the template's default node type. UNCONFIRMED: no stored
-# copy of the price list gave this node type's on-demand rate (December 2026); $0.175 is Redis OSS's $0.219 less
-# the 20% AWS announced for Valkey nodes. Check it before relying on it.
-CACHE_NODE_HOUR = {"cache.r7g.large": 0.175}
+LAMBDA_PER_GB_SECOND = 0.0000133334
+# ElastiCache for Valkey, node-based: per node-hour of the template's default node type and of the one it replaced
+# (docs/deploy.md: sizing the cache). UNCONFIRMED: no stored copy of the price list gave these on-demand rates
+# (December 2026); each is Redis OSS's ($0.158, $0.219) less the 20% AWS announced for Valkey nodes. Check them
+# before relying on them.
+CACHE_NODE_HOUR = {"cache.m7g.large": 0.126, "cache.r7g.large": 0.175}
 # ElastiCache Serverless for Valkey: per GB-hour stored (at least 100 MB a cache) and per million ECPUs (1 ECPU a
 # KB moved; commands that take more vCPU time, such as a script, proportionally more). Sources: the ElastiCache
 # pricing page (Valkey 33% below Redis OSS, the 100 MB floor) and the AWS Database Blog's "Unlock on-demand,
@@ -30,9 +32,10 @@ CACHE_NODE_HOUR = {"cache.r7g.large": 0.175}
 SERVERLESS_GB_HOUR = 0.084
 SERVERLESS_MIN_GB = 0.1
 SERVERLESS_PER_MILLION_ECPU = 0.0023
-# An assumption, not a measurement: a request's script (under 1 KB each way, tens of microseconds of Lua) as 2
-# ECPUs. At ten times that the sale's cache line is still cents.
-ECPUS_PER_REQUEST = 2
+# A request's script as ECPUs: 8 to 17 commands inside it, 12 to 40 times a GET's server CPU, 15 to 20 times a ZADD's
+# instructions (docs/deploy.md: ElastiCache Serverless, measured by tests/perf/script_commands.py and
+# bench_scripts.py). An estimate from a local server; a load test of the stage settles it.
+ECPUS_PER_REQUEST = 20
 BYTES_PER_WAITING_USER = 250  # the performance target (docs/benchmarks.md); 208 measured
 # CloudWatch: logs ingested per GB; a standard alarm per metric it reads, a month; a dashboard beyond the free
 # three, a month. Source: the CloudWatch pricing page.
@@ -45,8 +48,10 @@ LOG_BYTES_PER_REQUEST = 700
 # admitted, and left, evicted or purchased). Scheduled rules are not charged. Source: the EventBridge pricing page.
 EVENTS_PER_MILLION = 1.00
 EVENTS_PER_USER = 3
-# Secrets Manager: per secret a month (the signing keys, the AUTH token). Source: the Secrets Manager pricing page.
+# Secrets Manager: per secret a month (the signing keys, the AUTH token, the edge's origin secret). Source: the
+# Secrets Manager pricing page.
 SECRET_MONTH = 0.40
+SECRETS = 3
 # The network the stack needs when the VPC has neither: a NAT gateway, or an interface endpoint per service and
 # availability zone (secretsmanager, appconfigdata, events; two zones). Per hour, before data. Source: the VPC
 # pricing page.
@@ -56,7 +61,7 @@ ENDPOINT_SERVICES = ("secretsmanager", "appconfigdata", "events")
 AVAILABILITY_ZONES = 2
 
 # AWS WAF (the same in every region): a web ACL and each of its rules a month, and per million requests it
-# inspects, allowed or blocked, on every route of the stage (infra/edge.yaml: one ACL, two rules).
+# inspects, allowed or blocked, on every route of the stage (infra/edge.yaml: one ACL, three rules).
 WAF_WEB_ACL_PER_MONTH = 5.00
 WAF_RULE_PER_MONTH = 1.00
 WAF_PER_MILLION = 0.60
@@ -73,7 +78,7 @@ CLOUDFRONT_OUT_PER_GB = 0.085
 INTERNET_OUT_PER_GB = 0.09
 
 # The alarms' metrics, per cache choice (infra/*.yaml; tests/test_sale_cost.py counts them in the template).
-ALARM_METRICS = {"nodes": 27, "serverless": 23}
+ALARM_METRICS = {"nodes": 49, "serverless": 33}
 # A scheduled pump run with nothing on sale: one round trip to Redis and back, billed at about 50 ms.
 IDLE_PUMP_RUN_S = 0.05
 
@@ -84,9 +89,9 @@ class Deployment:
 
     memory_mb: int = 1024
     cache: str = "nodes"  # CacheMode: nodes or serverless
-    cache_node_type: str = "cache.r7g.large"
+    cache_node_type: str = "cache.m7g.large"
     cache_nodes: int = 2  # one shard, one replica
-    waf_rules: int = 2  # the web ACL's rate rules (infra/edge.yaml); 0: no web ACL (EnterLimitPerIp 0)
+    waf_rules: int = 3  # the web ACL's rules (infra/edge.yaml); 0: no web ACL (EnterLimitPerIp 0)
     waf_at_edge: bool = False  # the web ACL on the distribution (scope CLOUDFRONT): it inspects the edge's answers too
 
 
@@ -159,7 +164,7 @@ def idle_cost(deployment: Deployment = Deployment()) -> dict:
         "pump_lambda": MINUTES_PER_MONTH / 1e6 * LAMBDA_PER_MILLION
         + gb * MINUTES_PER_MONTH * IDLE_PUMP_RUN_S * LAMBDA_PER_GB_SECOND,
         "waf": WAF_WEB_ACL_PER_MONTH + deployment.waf_rules * WAF_RULE_PER_MONTH if deployment.waf_rules else 0.0,
-        "secrets": 2 * SECRET_MONTH,
+        "secrets": SECRETS * SECRET_MONTH,
         "alarms": ALARM_METRICS[deployment.cache] * ALARM_METRIC_MONTH,
         "dashboard": DASHBOARD_MONTH,
     }
@@ -167,9 +172,12 @@ def idle_cost(deployment: Deployment = Deployment()) -> dict:
 
 
 def network_cost() -> dict:
-    """A month of the network the functions need, when the VPC has none yet: either of the two, before data."""
+    """A month of the network the functions need, when the VPC has none yet, before data: a NAT gateway (one zone's,
+    which the other zone's functions then depend on), one per zone (infra/network.yaml makes two), or the three
+    VPC endpoints in two zones (which reach AWS only, not the identity provider's keys)."""
     return {
         "nat_gateway": round(NAT_GATEWAY_HOUR * HOURS_PER_MONTH, 2),
+        "nat_gateway_per_zone": round(AVAILABILITY_ZONES * NAT_GATEWAY_HOUR * HOURS_PER_MONTH, 2),
         "vpc_endpoints": round(len(ENDPOINT_SERVICES) * AVAILABILITY_ZONES * ENDPOINT_AZ_HOUR * HOURS_PER_MONTH, 2),
     }
 
@@ -182,5 +190,6 @@ if __name__ == "__main__":
         print("  idle, a month:            " + ", ".join(f"{item} ${usd:,.2f}" for item, usd in idle.items()))
         print("  a 100,000-user sale adds: " + ", ".join(f"{item} ${usd:,.2f}" for item, usd in sale.items()))
     network = network_cost()
-    print(f"Network, a month, unless the VPC has it: a NAT gateway ${network['nat_gateway']:,.2f}, or VPC endpoints")
-    print(f"  for {', '.join(ENDPOINT_SERVICES)} in {AVAILABILITY_ZONES} zones ${network['vpc_endpoints']:,.2f}")
+    print(f"Network, a month, unless the VPC has it: a NAT gateway ${network['nat_gateway']:,.2f}, one per zone")
+    print(f"  ${network['nat_gateway_per_zone']:,.2f}, VPC endpoints for {', '.join(ENDPOINT_SERVICES)} in")
+    print(f"  {AVAILABILITY_ZONES} zones ${network['vpc_endpoints']:,.2f}")
