@@ -136,12 +136,32 @@ def shard_condition(shard: int) -> str:
     return "CacheOnNodes" if shard == 1 else f"CacheShard{shard}"
 
 
+def node_metric(metric: str, shard: int, node: int) -> dict:
+    """An alarm's query of `metric` on node `node` of shard `shard` (both 1-based), as ElastiCache files it."""
+    return {
+        "Id": f"n{node}",
+        "ReturnData": False,
+        "MetricStat": {
+            "Metric": {
+                "Namespace": "AWS/ElastiCache",
+                "MetricName": metric,
+                "Dimensions": [
+                    {"Name": "CacheClusterId", "Value": {"Fn::Sub": f"${{ReplicationGroup}}-{shard:04}-{node:03}"}}
+                ],
+            },
+            "Period": 60,
+            "Stat": "Maximum",
+        },
+    }
+
+
 def node_alarms() -> tuple[dict, dict]:
     """The alarms of NODE_ALARMS for every shard the cache may have, with the conditions that create them; and
     their ARNs as the dashboard's alarm widget lists them (the shards that exist)."""
     conditions: dict = {}
     resources: dict = {}
     listed = []
+    nodes = range(1, NODES_PER_SHARD + 1)
     for shard in range(1, MAX_SHARDS + 1):
         if shard > 1:
             fewer = [{"Fn::Equals": [{"Ref": "CacheShards"}, n]} for n in range(1, shard)]
@@ -153,36 +173,12 @@ def node_alarms() -> tuple[dict, dict]:
             }
         names = []
         for kind, (metric, above, minutes, description) in NODE_ALARMS.items():
-            nodes = [f"n{node}" for node in range(1, NODES_PER_SHARD + 1)]
-            queries: list[dict] = [
-                {
-                    "Id": node_id,
-                    "ReturnData": False,
-                    "MetricStat": {
-                        "Metric": {
-                            "Namespace": "AWS/ElastiCache",
-                            "MetricName": metric,
-                            "Dimensions": [
-                                {
-                                    "Name": "CacheClusterId",
-                                    "Value": {"Fn::Sub": f"${{ReplicationGroup}}-{shard:04}-{i:03}"},
-                                }
-                            ],
-                        },
-                        "Period": 60,
-                        "Stat": "Maximum",
-                    },
-                }
-                for i, node_id in enumerate(nodes, start=1)
-            ]
-            queries.append(
-                {
-                    "Id": "highest",
-                    "Label": "the highest node",
-                    "Expression": f"MAX([{', '.join(nodes)}])",
-                    "ReturnData": True,
-                }
-            )
+            highest = {
+                "Id": "highest",
+                "Label": "the highest node",
+                "Expression": f"MAX([{', '.join(f'n{node}' for node in nodes)}])",
+                "ReturnData": True,
+            }
             name = f"{kind}Shard{shard}Alarm"
             names.append(name)
             resources[name] = {
@@ -190,7 +186,7 @@ def node_alarms() -> tuple[dict, dict]:
                 "Condition": shard_condition(shard),
                 "Properties": {
                     "AlarmDescription": description.format(shard=shard),
-                    "Metrics": queries,
+                    "Metrics": [*(node_metric(metric, shard, node) for node in nodes), highest],
                     "EvaluationPeriods": minutes,
                     "DatapointsToAlarm": minutes,
                     "Threshold": above,
