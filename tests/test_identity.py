@@ -4,6 +4,9 @@ is bound to the same identity. The provider is tests/support/jwts.py; the JWKS c
 
 import http.server
 import json
+import os
+import select
+import signal
 import threading
 import time
 
@@ -275,15 +278,22 @@ def test_the_authorizer_binds_the_token_to_the_jwt_s_user(jwt_api):
 
 
 class JwksServer:
-    """The provider's JWKS over HTTP on 127.0.0.1; counts fetches; can be made to fail."""
+    """The provider's JWKS over HTTP on 127.0.0.1; counts fetches; can be made to fail, or to hold its first answer
+    until `release` is set (`asked` is set once that fetch has arrived)."""
 
-    def __init__(self, document):
+    def __init__(self, document, hold_first=False):
         self.document, self.fetches, self.failing = document, 0, False
+        self.asked, self.release = threading.Event(), threading.Event()
+        if not hold_first:
+            self.release.set()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 outer.fetches += 1
+                if outer.fetches == 1:
+                    outer.asked.set()
+                    outer.release.wait(30)
                 status, raw = (503, b"{}") if outer.failing else (200, json.dumps(outer.document).encode())
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -353,6 +363,39 @@ def test_keys_that_cannot_be_fetched_answer_503_with_retry_after_not_401(env, ap
     jwks_server.failing = False
     env(**jwts.jwt_env(VQ_JWKS="", VQ_JWKS_URL=jwks_server.url))
     assert enter(api, jwts.bearer()).status_code == 200
+
+
+def test_a_worker_forked_mid_fetch_fetches_the_keys_itself_and_verifies():
+    """A pre-fork server (infra/local/api.py, gunicorn) forks after the app is loaded, while the first fetch of the
+    keys may still be on its way: the child has the fetch's lock but not its thread, and must not wait for it."""
+    server = JwksServer({"keys": [jwts.public_jwk("rsa-1")]}, hold_first=True)
+    try:
+        identity = identity_at(server.url)  # its first fetch starts now, and the provider holds it
+        assert server.asked.wait(10)
+        reading, writing = os.pipe()
+        child = os.fork()
+        if child == 0:  # the worker: answer a request, report, and leave without running pytest's teardown
+            try:
+                told = identity.caller({"authorization": "Bearer " + jwts.token("auth0|w")}).user_id
+            except Exception as err:
+                told = f"{type(err).__name__}: {err}"
+            os.write(writing, told.encode())
+            os._exit(0)
+        os.close(writing)
+        try:
+            ready, _, _ = select.select([reading], [], [], 20)
+            told = os.read(reading, 1000).decode() if ready else "no answer within 20 s"
+        finally:
+            server.release.set()
+            os.close(reading)
+            if not ready:
+                os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+        assert told == "auth0|w"
+        assert server.fetches == 2  # the parent's, held, and the child's own
+    finally:
+        server.release.set()
+        server.close()
 
 
 def test_a_verified_token_is_kept_until_it_expires_and_no_longer():
