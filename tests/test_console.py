@@ -77,6 +77,16 @@ def test_console_charts_a_live_sale_and_sets_the_rate(shopper, stack, target_id)
     expect(card.locator(".figures")).to_contain_text(re.compile(r"configured\s*3/s"))
 
 
+def test_a_target_opened_that_nobody_entered_shows_an_empty_line_not_an_error(shopper, stack, target_id):
+    """`make run` opens its demo targets before anyone enters: their cards show an idle, empty line."""
+    stack.configure(target_id)  # PUT {}: open, with the global defaults
+    card = open_console(shopper, stack, target_id)
+    expect(card.locator(".figures")).to_contain_text(re.compile(r"waiting\s*0"))
+    expect(card).to_contain_text("idle")
+    expect(card.locator("[data-chart=waiting] figcaption")).to_contain_text("now 0")
+    assert "unavailable" not in card.inner_text()
+
+
 def test_console_pauses_and_resumes_while_the_shopper_keeps_their_place(shopper, stack, target_id):
     # One a second, so the server advises frequent polls; only the test ticks (a tick every 2 s at most).
     stack.configure(target_id, batch=2, tickMs=2000)

