@@ -35,9 +35,13 @@ run: $(VENV)/.run-installed
 simulate: $(VENV)/.installed
 	$(BIN)/python infra/sim/simulate.py $(SIMULATE_ARGS)
 
-## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey), then the reliability suite:
-## Redis faults against servers the tests kill and restart, and the store's tests on a 3-node Valkey cluster.
-test: test-main test-reliability
+## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey), then the reliability steps:
+## Redis faults against servers the tests kill and restart, the store's tests on a 3-node Valkey cluster, and over
+## TLS. Every step runs whatever an earlier one did; a line per step and one of what was skipped, and why, close
+## the run, whose exit status is 1 if any step failed (tests/support/steps.py).
+TEST_STEPS := test-main test-faults test-cluster test-tls
+test: $(VENV)/.installed
+	@$(BIN)/python tests/support/steps.py --make "$(MAKE)" $(TEST_STEPS)
 
 # Tests that start Redis servers of their own (markers in pyproject.toml), and the suites the cluster run repeats.
 RELIABILITY := -m "faults or cluster"
@@ -62,13 +66,21 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-.PHONY: test-main test-reliability
+.PHONY: test-main test-reliability test-faults test-cluster test-tls
 test-main: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not faults and not cluster" $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
 
+# The reliability steps alone, each run whatever the others did.
 test-reliability: $(VENV)/.installed
+	@$(BIN)/python tests/support/steps.py --make "$(MAKE)" test-faults test-cluster test-tls
+
+test-faults: $(VENV)/.installed
 	$(BIN)/python -m pytest $(RELIABILITY) $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
+
+test-cluster: $(VENV)/.installed
 	$(BIN)/python -m pytest --redis-cluster $(CLUSTER_SUITE) $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
+
+test-tls: $(VENV)/.installed
 	$(BIN)/python -m pytest --redis-tls-cluster $(TLS_SUITE) $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
 
 ## Measure the performance targets on an embedded Valkey: one table, also build/bench.json (a few minutes; needs redis-benchmark).
