@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.jmespath_utils import query
 from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorizer, Response
 
 from chalicelib import gate, page, runtime
-from chalicelib.errors import QueueError
+from chalicelib.errors import QueueError, chalice_refusal
 from chalicelib.identity import page_identity
 from chalicelib.observability import (
     add_request_keys,
@@ -69,6 +69,18 @@ def never_stored(request, get_response):
     pages set their own rule (`_html`). (API Gateway's own answers get the header from infra/edge.yaml.)"""
     response = get_response(request)
     response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+@app.middleware("http")
+def errors_in_one_shape(request, get_response):
+    """Chalice refuses a method a route does not take (405, with `Allow`) and a Content-Type it does not accept
+    (415) before any route runs, as `{"Code", "Message"}`: they go out as every other error, `{"code", "detail"}`."""
+    response = get_response(request)
+    refusal = chalice_refusal(response.body)
+    if refusal is not None:
+        response.body = _json_text(refusal.body())
+        response.headers["Content-Type"] = "application/json"
     return response
 
 

@@ -137,6 +137,28 @@ class UnsupportedMediaType(QueueError):
     code = "UNSUPPORTED_MEDIA_TYPE"
 
 
+class MethodNotAllowed(QueueError):
+    """A method the route does not take (locally; deployed, API Gateway refuses it before the function runs)."""
+
+    status = 405
+    code = "METHOD_NOT_ALLOWED"
+
+
+# Chalice's own refusals, answered before any route runs as {"Code", "Message"}, by their Code.
+_CHALICE_REFUSALS: dict[str, type[QueueError]] = {
+    "MethodNotAllowedError": MethodNotAllowed,
+    "UnsupportedMediaType": UnsupportedMediaType,
+}
+
+
+def chalice_refusal(body: object) -> QueueError | None:
+    """The error of the API's own shape for a body Chalice answered itself (405, 415), else None."""
+    if not isinstance(body, dict):
+        return None
+    error = _CHALICE_REFUSALS.get(body.get("Code"))  # type: ignore[arg-type]
+    return None if error is None else error(str(body.get("Message", "")))
+
+
 class ConfigChanged(QueueError):
     """An operator's write expected another version of the target's configuration (If-Match, If-None-Match), or
     (409) others kept changing it while a PATCH was merged. Nothing was written; `ETag` names the version now."""

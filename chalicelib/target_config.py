@@ -24,7 +24,6 @@ import unicodedata
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from chalicelib.errors import InvalidArgument
 
@@ -47,8 +46,13 @@ _FIELDS = frozenset((*_LIMITS, *_TIMES, *_TEXTS, *_FLAGS, "originSlo"))
 # An ETag as the API answers it: a quoted SHA-1 of the stored configuration (chalicelib/store.py).
 _ETAG = re.compile(r'"([0-9a-f]{40})"')
 MAX_PRECONDITION_CHARS = 1000
-_ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})")
-_EARLIEST, _LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
+_ISO_8601 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-5][0-9])"
+)
+_FIRST_YEAR, _LAST_YEAR = 2000, 2099
+# https, a host name (no credentials, no address in brackets), a port if any, then the characters RFC 3986 allows
+# in a URL (percent-encode the rest), without quotes. infra/openapi.yaml's pattern is the same.
+_IMAGE_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?([/?#][A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]*)?")
 
 
 @dataclass(frozen=True)
@@ -144,20 +148,18 @@ class Precondition:
         for name, text in (("If-Match", if_match), ("If-None-Match", if_none_match)):
             if text is not None and len(text) > MAX_PRECONDITION_CHARS:
                 raise InvalidArgument(f"{name} is longer than {MAX_PRECONDITION_CHARS} characters")
-        if if_none_match is not None:
-            if if_none_match.strip() != "*":
-                raise InvalidArgument('If-None-Match takes only "*" here (the target must not be open yet)')
-            if if_match is not None:
-                raise InvalidArgument("send If-Match or If-None-Match, not both")
-            return cls(absent=True)
+        if if_none_match is not None and if_none_match.strip() != "*":
+            raise InvalidArgument('If-None-Match takes only "*" here (the target must not be open yet)')
         if if_match is None:
-            return cls()
+            return cls(absent=True) if if_none_match is not None else cls()
+        if if_none_match is not None:
+            _etags(if_match)  # checked all the same
+            # RFC 9110 asks If-Match first, then If-None-Match: an open target fails the one, any other the
+            # other, so both at once never hold (412, or 404 for a target not open, as If-Match alone).
+            return cls(given=True)
         if if_match.strip() == "*":
             return cls(any_version=True, given=True)
-        items = [item.strip() for item in if_match.split(",")]
-        if not all(re.fullmatch(r'(W/)?"[\x21\x23-\x7e]*"', item) for item in items):
-            raise InvalidArgument('If-Match must be "*" or ETags as GET .../config answered them, e.g. "3f2a..."')
-        return cls(etags=tuple(m[1] for item in items if (m := _ETAG.fullmatch(item))), given=True)
+        return cls(etags=_etags(if_match), given=True)
 
     def allows(self, etag: str | None) -> bool:
         """Whether a target whose configuration has version `etag` (None: not open) meets this precondition."""
@@ -275,6 +277,16 @@ def _origin_slo(slo: object) -> dict[str, int | float]:
     return values
 
 
+def _etags(if_match: str) -> tuple[str, ...]:
+    """The strong ETags of an If-Match header (`*` names none); InvalidArgument if it is malformed."""
+    if if_match.strip() == "*":
+        return ()
+    items = [item.strip() for item in if_match.split(",")]
+    if not all(re.fullmatch(r'(W/)?"[\x21\x23-\x7e]*"', item) for item in items):
+        raise InvalidArgument('If-Match must be "*" or ETags as GET .../config answered them, e.g. "3f2a..."')
+    return tuple(m[1] for item in items if (m := _ETAG.fullmatch(item)))
+
+
 def _epoch_ms(api_name: str, value: object) -> int:
     if not isinstance(value, str) or not _ISO_8601.fullmatch(value):
         raise InvalidArgument(f"{api_name} must be an ISO-8601 time with a zone, e.g. 2026-12-01T11:00:00Z")
@@ -282,8 +294,9 @@ def _epoch_ms(api_name: str, value: object) -> int:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidArgument(f"{api_name} is not a real time") from None
-    if not _EARLIEST <= moment < _LATEST:
-        raise InvalidArgument(f"{api_name} must be between 2000 and 2100")
+    # The year as written, whatever the zone, so the API's pattern (infra/openapi.yaml) can say exactly what holds.
+    if not _FIRST_YEAR <= moment.year <= _LAST_YEAR:
+        raise InvalidArgument(f"{api_name} must be in the years {_FIRST_YEAR} to {_LAST_YEAR}")
     return round(moment.timestamp() * 1000)
 
 
@@ -299,18 +312,8 @@ def _display_name(value: object) -> str:
 
 def _image_url(value: object) -> str:
     longest = _TEXTS["imageUrl"][1]
-    # The characters RFC 3986 allows in a URL (percent-encode the rest), without quotes; https, a host, no credentials.
-    if (
-        not isinstance(value, str)
-        or len(value) > longest
-        or not re.fullmatch(r"[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+", value)
-    ):
+    if not isinstance(value, str) or len(value) > longest:
         raise InvalidArgument(f"imageUrl must be an https URL of at most {longest} URL characters")
-    try:
-        parts = urlsplit(value)
-        valid = parts.scheme == "https" and bool(parts.hostname) and "@" not in parts.netloc
-    except ValueError:
-        valid = False
-    if not valid:
-        raise InvalidArgument("imageUrl must be an https URL with a host and no credentials")
+    if not _IMAGE_URL.fullmatch(value):
+        raise InvalidArgument("imageUrl must be an https URL: a host name, a port if any, URL characters after it")
     return value

@@ -124,6 +124,23 @@ def test_missing_user_header_is_400(api):
     assert redis_keys() == []
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "content_type", "status", "code"),
+    [
+        ("TRACE", "/virtual-queues/limited-drop/1/entries", None, 405, "METHOD_NOT_ALLOWED"),
+        ("PUT", "/virtual-queues/limited-drop/1/stats", None, 405, "METHOD_NOT_ALLOWED"),
+        ("PATCH", "/virtual-queues/limited-drop/1/config", "text/plain", 415, "UNSUPPORTED_MEDIA_TYPE"),
+    ],
+)
+def test_chalice_s_own_refusals_answer_in_the_api_s_shape(api, method, path, content_type, status, code):
+    headers = {"Content-Type": content_type} if content_type else {}
+    answer = api.http.request(method, path, body=b"x" if content_type else b"", headers=headers)
+    assert answer.status_code == status and json.loads(answer.body)["code"] == code
+    assert set(json.loads(answer.body)) == {"code", "detail"}
+    if status == 405:
+        assert answer.headers["Allow"]
+
+
 @pytest.mark.parametrize("type_", ["limited-drops", "LIMITED-DROP", "tickets", "x" * 200])
 def test_unknown_queue_type_is_404_and_changes_nothing(api, type_):
     response = api.http.post(f"/virtual-queues/{type_}/42/entries", headers={"X-User-Id": "7"})

@@ -1,12 +1,13 @@
 """infra/openapi.yaml, the public API's contract: checked against app.py's routes so the two cannot drift, and
 Schemathesis runs it against the app served by `chalice local`'s server (real HTTP on a free loopback port,
-with this test's environment and Redis): no 5xx, every answer matches the spec, nothing from the request
-comes back in a response header.
+with this test's environment and Redis), in both identity modes: no 5xx, every answer matches the spec, nothing
+from the request comes back in a response header.
 
 To reach more than the refusals (a forged ticket or token is all a generator can make), a hook swaps, in half
 of the well-formed cases, the caller and target for known ones (see KNOWN_USERS) with a genuine ticket or
 entry token: the answers then also cover WAITING, ADMITTED, PRE_QUEUE, NOT_IN_QUEUE, 204, 409 QUEUE_CLOSED,
-429 QUEUE_FULL, a purchase passed to the downstream, and ENTRY_TOKEN_USED.
+429 QUEUE_FULL, a purchase passed to the downstream, and ENTRY_TOKEN_USED. In jwt mode that caller comes with a
+JWT of the test's identity provider (tests/support/jwts.py); the other cases, without one, hear 401.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from chalicelib import errors, runtime
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import TARGET_TYPES, Target
+from tests.support import jwts
 from tests.support.openapi_lint import lint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +132,105 @@ def test_the_purchase_routes_declare_the_entry_token_as_their_security_scheme():
     assert (jwt["type"], jwt["scheme"], jwt["bearerFormat"]) == ("http", "bearer", "JWT")
 
 
+def test_the_time_pattern_takes_exactly_the_times_the_app_takes():
+    """opensAt and closesAt: every day of 1999 to 2100 (and days 0, 29 to 32 of every month), at times and zones
+    at and past their bounds: the spec's pattern and the app agree on each."""
+    import re
+    from datetime import date, timedelta
+
+    from chalicelib.errors import InvalidArgument
+    from chalicelib.target_config import parse_config
+
+    pattern = re.compile(spec()["components"]["schemas"]["TargetConfig"]["properties"]["opensAt"]["pattern"])
+
+    def app_takes(text):
+        try:
+            parse_config(json.dumps({"opensAt": text}).encode())
+            return True
+        except InvalidArgument:
+            return False
+
+    days = [date(1999, 1, 1) + timedelta(n) for n in range((date(2101, 1, 1) - date(1999, 1, 1)).days)]
+    texts = [f"{day.isoformat()}T12:00:00Z" for day in days]
+    texts += [
+        f"{y}-{m:02d}-{d:02d}T12:00:00Z"
+        for y in (1999, 2000, 2023, 2024, 2099, 2100)
+        for m in range(0, 14)
+        for d in (0, 29, 30, 31, 32)
+    ]
+    texts += [
+        f"2026-12-01T{t}{zone}"
+        for t in ("00:00:00", "23:59:59.999999", "24:00:00", "12:60:00", "12:00:60", "12:00:00.1234567", "12:00:00.")
+        for zone in ("Z", "+00:00", "-23:59", "+24:00", "+05:60", "z", "")
+    ]
+    texts += ["2000-01-01T00:30:00+01:00", "2099-12-31T23:30:00-01:00", "0000-00-00T00:00:00Z"]
+    disagree = [text for text in texts if bool(pattern.fullmatch(text)) != app_takes(text)]
+    assert disagree == []
+
+
+def test_the_image_url_pattern_takes_exactly_the_urls_the_app_takes():
+    import re
+
+    from chalicelib.errors import InvalidArgument
+    from chalicelib.target_config import parse_config
+
+    pattern = re.compile(spec()["components"]["schemas"]["TargetConfig"]["properties"]["imageUrl"]["pattern"])
+
+    def app_takes(url):
+        try:
+            parse_config(json.dumps({"imageUrl": url}).encode())
+            return True
+        except InvalidArgument:
+            return False
+
+    urls = [
+        "https://img.example/a.png?w=200&h=200#x",
+        "https://img.example",
+        "https://img.example:8443/a",
+        "https://",
+        "https://:80/",
+        "https://a:b/",
+        "HTTPS://img.example/",
+        "http://img.example/",
+        "https://u:p@img.example/",
+        "https://[::1]/a.png",
+        "https://[::1/a.png",
+        "https://img.example/a b",
+        'https://img.example/a".png',
+        "https://img.example/%20[x]@y",
+        "https://img.example?",
+        "https://img.example/" + "a" * 480,
+        "javascript:x",
+    ]
+    assert [url for url in urls if bool(pattern.fullmatch(url)) != app_takes(url)] == []
+
+
+def test_the_precondition_headers_take_exactly_what_the_app_takes():
+    import re
+
+    from chalicelib.errors import InvalidArgument
+    from chalicelib.target_config import Precondition
+
+    parameters = spec()["components"]["parameters"]
+    if_match = re.compile(parameters["IfMatch"]["schema"]["pattern"])
+    if_none_match = parameters["IfNoneMatch"]["schema"]["enum"]
+
+    def app_takes(**headers):
+        try:
+            Precondition.parse(headers.get("if_match"), headers.get("if_none_match"))
+            return True
+        except InvalidArgument:
+            return False
+
+    etag = '"' + "3f" * 20 + '"'
+    values = ["*", " * ", etag, f"W/{etag}", f"{etag}, W/{etag},{etag}", '""', '"a,b"', f"{etag},", "**", "0", ""]
+    values += ['"a b"', '"a\\b"', 'w/"a"', f"{etag} {etag}", f" {etag} , {etag} "]
+    assert [v for v in values if bool(if_match.fullmatch(v)) != app_takes(if_match=v)] == []
+    assert [v for v in ("*", "0", '"*"', "") if (v in if_none_match) != app_takes(if_none_match=v)] == []
+    # Both at once: taken (and never met: 412), not refused as malformed.
+    assert app_takes(if_match=etag, if_none_match="*")
+
+
 def test_the_linter_finds_what_it_looks_for():
     document = spec()
     del document["servers"]
@@ -157,6 +258,7 @@ schema.config.generation.update(max_examples=MAX_EXAMPLES, database="none", with
 schema.config.phases.coverage.unexpected_methods = set()
 tokens: dict[tuple[str, str], str] = {}  # (target, user) -> the one entry token minted for them
 turns = itertools.count()
+identity_mode = {"jwt": False}  # the mode of the app local_api serves
 
 
 @schema.hook
@@ -170,6 +272,8 @@ def map_case(context, case):
     user = KNOWN_USERS[turn // 2 % len(KNOWN_USERS)]
     target_id = KNOWN_TARGET_IDS[turn // 2 % len(KNOWN_TARGET_IDS)]
     case.headers["X-User-Id"] = user
+    if identity_mode["jwt"]:
+        case.headers["Authorization"] = f"Bearer {jwts.token(user)}"
     params = case.path_parameters
     if "queue_type" in params:
         target = Target(params["queue_type"], int(target_id))
@@ -220,13 +324,14 @@ def _leaves(value) -> list[str]:
     return [json.dumps(value)]
 
 
-@pytest.fixture
-def local_api(env, origin):
+@pytest.fixture(params=["header", "jwt"])
+def local_api(request, env, origin):
     """The app served by chalice local's HTTP server on a free port, in this process: same environment, same
-    Redis prefix, with the known users and targets of KNOWN_USERS and KNOWN_TARGET_IDS."""
+    Redis prefix, with the known users and targets of KNOWN_USERS and KNOWN_TARGET_IDS; in each identity mode."""
     from app import app
 
-    env(VQ_MAX_WAITING=3, VQ_BATCH_SIZE=1, VQ_TICK_MS=100)
+    env(VQ_MAX_WAITING=3, VQ_BATCH_SIZE=1, VQ_TICK_MS=100, **(jwts.jwt_env() if request.param == "jwt" else {}))
+    identity_mode["jwt"] = request.param == "jwt"
     tokens.clear()
     room = runtime.waiting_room()
     known = [Target(queue_type, 42) for queue_type in TARGET_TYPES]

@@ -55,6 +55,13 @@ class _Handler(ChaliceRequestHandler):
     # The base class binds these to `_generic_handle` itself, so overriding that alone would change nothing.
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _handle_alone
 
+    def __getattr__(self, name: str):
+        # Any other method (TRACE, QUERY, ...) goes to the app too, which refuses it with 405 METHOD_NOT_ALLOWED
+        # and `Allow`, as any method a route does not take, where http.server would answer an HTML 501.
+        if name.startswith("do_"):
+            return self._handle_alone
+        raise AttributeError(name)
+
 
 class _Server(ThreadedHTTPServer):
     request_queue_size = 1024  # the listen backlog (socketserver's default is 5)
