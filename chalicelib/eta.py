@@ -1,18 +1,23 @@
-"""The wait a user in line is told: `etaSeconds`, and a range meant to hold the wait they will have 4 times in 5.
+"""The wait a user in line is told: `etaSeconds`, and a range meant to hold the wait they will have 9 times in 10.
 
 `etaSeconds` is the users ahead over the measured admission rate: the wait if all of them stay. Some leave or are
 evicted before their turn, and the line then reaches the user sooner. A user in line departs at some rate h a
 second; of the `n` ahead, admitted at `r` a second, those still to come thin at h, so the line reaches the user
-after ln(1 + h n / r) / h seconds (dn/dt = -r - h n), plus NOTICE_S: the turn comes at the tick after that, and
-the user hears of it at their next poll, half a near-front poll later on average. The range is centred there,
-SPREAD of it either side, in whole seconds rounded outwards.
+after ln(1 + h n / r) / h seconds (dn/dt = -r - h n). The turn then comes at a tick, a quarter tick later on
+average, and the user hears of it at their next poll, half a near-front poll later: that is the range's centre.
+
+Its width is what was measured to miss it (docs/waits.md): the tick the turn falls on (half a tick either side),
+the poll that tells (half a near-front poll either side), and the line's own drift, SPREAD of the centre either
+side (departures come unevenly, the rate wavers); in whole seconds, rounded outwards. So a wait near the front is
+never promised to the second: with 2 s ticks, at least 1.5 s either side. A line measured slower than its
+configured rate (the rate follows the shop's health, or has not run at full speed yet) may speed up again: the
+range then reaches down to the wait at the configured rate.
 
 h is measured from what the queue counts: the users who left or were evicted, over the time users spent waiting
 (the pump adds the users waiting times each tick's length). In a burst every newcomer is told before much is
 measured, so the measure starts from a prior: h = (left + evicted + PRIOR_PER_S * PRIOR_EXPOSURE_S) /
-(waiting time + PRIOR_EXPOSURE_S). SPREAD and the prior were tuned on the simulator (docs/waits.md), whose line
-moves exactly at its rate: a real line's drift is wider. How often the range held, and how far `etaSeconds` was
-off, is measured at every admission (stats' `etaAccuracy`).
+(waiting time + PRIOR_EXPOSURE_S). How often the range held, and how far `etaSeconds` was off, is measured at
+every admission (stats' `etaAccuracy`).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from dataclasses import dataclass
 
 from chalicelib.polling import NEAR_FRONT_MS
 
-SPREAD = 0.01  # the range's share of its centre either side
-# From the moment the line would reach the user to the poll that tells them: the tick it falls on (a quarter
-# second, half a short tick) and half a near-front poll.
-NOTICE_S = 0.25 + NEAR_FRONT_MS / 2000
+SPREAD = 0.05  # the line's drift: the range's share of its centre either side, beside the tick and the poll
+TICK_OFFSET = 0.25  # the turn comes this share of a tick after the line reaches the user, on average (measured)
+TICK_SPREAD = 0.5  # ... within this share of a tick either side
+NOTICE_S = NEAR_FRONT_MS / 2000  # the telling poll comes half a near-front poll after the turn, on average,
+NOTICE_SPREAD_S = NEAR_FRONT_MS / 2000  # ... within this either side
 PRIOR_PER_S = 0.00032  # departures per second of a user in line, before any are measured (1 in 6 over 10 minutes)
 PRIOR_EXPOSURE_S = 600_000.0  # ... weighing as much as 1,000 users waiting ten minutes
 
@@ -63,18 +69,27 @@ class Estimate:
         return self.low_s <= wait_s <= self.high_s
 
 
-def estimate(ahead: int, rate: float, departures: Departures) -> Estimate:
-    """The estimate for `ahead` users ahead of a line admitting `rate` users a second (rate > 0)."""
-    all_stay_s = ahead / rate
+def estimate(ahead: int, rate: float, departures: Departures, tick_s: float, configured_rate: float) -> Estimate:
+    """The estimate for `ahead` users ahead of a line admitting `rate` users a second (rate > 0, as measured) in
+    ticks of `tick_s` seconds, configured for `configured_rate`. Centred at the measured rate; a line measured
+    slower than configured (the rate follows the shop, or has not been measured at full speed yet) may go back
+    to its configured rate, so the range reaches down to that wait too."""
     h = departures.rate_per_s()
-    expected_s = math.log1p(h * all_stay_s) / h + NOTICE_S
+
+    def expected_s(at_rate: float) -> float:
+        return math.log1p(h * ahead / at_rate) / h + TICK_OFFSET * tick_s + NOTICE_S
+
+    def half_s(centre_s: float) -> float:
+        return TICK_SPREAD * tick_s + NOTICE_SPREAD_S + SPREAD * centre_s
+
+    centre_s, fastest_s = expected_s(rate), expected_s(max(rate, configured_rate))
     return Estimate(
-        eta_s=math.ceil(all_stay_s),
-        low_s=math.floor(_whole(expected_s * (1 - SPREAD))),
-        high_s=math.ceil(_whole(expected_s * (1 + SPREAD))),
+        eta_s=math.ceil(ahead / rate),
+        low_s=math.floor(_whole(max(0.0, fastest_s - half_s(fastest_s)))),
+        high_s=math.ceil(_whole(centre_s + half_s(centre_s))),
     )
 
 
 def _whole(seconds: float) -> float:
-    # 100 * 1.01 is 101.00000000000001 in floats: rounded first, it is not taken for 102 s.
+    # 100 * 1.05 is 105.00000000000001 in floats: rounded first, it is not taken for 106 s.
     return round(seconds, 6)

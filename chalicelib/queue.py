@@ -572,7 +572,16 @@ class WaitingRoom:
         if isinstance(place, Waiting):
             # Paused, the line does not move: no time can be promised.
             moving = place.rate > 0 and not place.paused
-            told = eta.estimate(place.ahead, place.rate, place.departures or eta.Departures()) if moving else None
+            # The target's tick and batch when the answer tells them (a poll's), else the global ones (enter's).
+            tick_ms = place.tick_ms or self.defaults.tick_ms
+            configured_rate = (place.batch or self.defaults.batch) * 1000 / tick_ms
+            told = (
+                eta.estimate(
+                    place.ahead, place.rate, place.departures or eta.Departures(), tick_ms / 1000, configured_rate
+                )
+                if moving
+                else None
+            )
             return QueueEntry(
                 "WAITING",
                 ahead_count=place.ahead,

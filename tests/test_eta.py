@@ -21,16 +21,46 @@ def at(room, seconds):
 def test_the_range_is_centred_on_the_line_thinned_by_its_departures():
     # By hand: 1,000 ahead at 10 a second is 100 s if all stay. 30,000 users left and 10,000 were evicted while
     # users waited 10,000,000 s in all, to which the prior adds 192 departures over 600,000 s: h = 40,192 /
-    # 10,600,000 = 0.00379 a second. The line then reaches the user after ln(1 + 0.379) / 0.00379 = 84.79 s, and
-    # the tick and the poll tell them 0.75 s later: 85.54 s, 1 % either side, outwards to whole seconds.
+    # 10,600,000 = 0.00379 a second. The line then reaches the user after ln(1 + 0.379) / 0.00379 = 84.79 s; with
+    # 2 s ticks the turn comes a quarter tick later and the poll tells half a second after: 85.79 s. Either side,
+    # half a tick, half a near-front poll and 5 % of that: 5.79 s, so 79.996 to 91.57 s, outwards to whole seconds.
     departures = eta.Departures(left=30_000, evicted=10_000, waiting_user_ms=10_000_000_000)
     assert departures.rate_per_s() == pytest.approx(40_192 / 10_600_000)
-    assert eta.estimate(1000, 10.0, departures) == eta.Estimate(eta_s=100, low_s=84, high_s=87)
-    # Before anyone waited, the prior alone: 0.00032 a second, ln(1.032) / 0.00032 = 98.44 s, and 0.75 s.
+    assert eta.estimate(1000, 10.0, departures, tick_s=2.0, configured_rate=10.0) == eta.Estimate(
+        eta_s=100, low_s=79, high_s=92
+    )
+    # Before anyone waited, the prior alone: 0.00032 a second, ln(1.032) / 0.00032 = 98.44 s, and 1 s: 99.44 s,
+    # 6.47 s either side.
     assert eta.Departures().rate_per_s() == pytest.approx(0.00032)
-    assert eta.estimate(1000, 10.0, eta.Departures()) == eta.Estimate(eta_s=100, low_s=98, high_s=101)
-    # At the front: the poll that tells of the turn.
-    assert eta.estimate(0, 10.0, eta.Departures()) == eta.Estimate(eta_s=0, low_s=0, high_s=1)
+    assert eta.estimate(1000, 10.0, eta.Departures(), tick_s=2.0, configured_rate=10.0) == eta.Estimate(
+        eta_s=100, low_s=92, high_s=106
+    )
+    # At the front: never promised to the second. The tick and the poll that tell of the turn: 1 s, 1.55 s either
+    # side; with 1 s ticks, 0.75 s and 1.04 s.
+    assert eta.estimate(0, 10.0, eta.Departures(), tick_s=2.0, configured_rate=10.0) == eta.Estimate(
+        eta_s=0, low_s=0, high_s=3
+    )
+    assert eta.estimate(0, 10.0, eta.Departures(), tick_s=1.0, configured_rate=10.0) == eta.Estimate(
+        eta_s=0, low_s=0, high_s=2
+    )
+
+
+def test_the_range_is_never_narrower_than_the_tick_and_the_poll_allow():
+    """No "34-35 s": whatever the line, at least half a tick and half a near-front poll either side."""
+    for tick_s in (0.5, 1.0, 2.0, 5.0):
+        for ahead in (0, 1, 10, 100, 1_000, 10_000, 100_000):
+            told = eta.estimate(ahead, 50.0, eta.Departures(), tick_s, configured_rate=50.0)
+            assert told.high_s - told.low_s >= min(told.high_s, 2 * (tick_s / 2 + 0.5)), (tick_s, ahead, told)
+
+
+def test_a_line_measured_slower_than_configured_may_speed_up_again():
+    # 1,000 ahead, measured at 5 a second (the shop's health cut the rate) though configured for 10: centred on
+    # the measured rate (ln(1.064) / 0.00032 = 193.9 s and 1 s: 194.9 s, ±11.24 s up to 206.1 s), reaching down to
+    # the configured rate's wait (99.44 s, ±6.47 s from 92.96 s).
+    told = eta.estimate(1000, 5.0, eta.Departures(), tick_s=2.0, configured_rate=10.0)
+    assert told == eta.Estimate(eta_s=200, low_s=92, high_s=207)
+    # Measured at the configured rate, or faster: the range of that rate alone.
+    assert eta.estimate(1000, 10.0, eta.Departures(), 2.0, configured_rate=5.0).low_s == 92
 
 
 def test_every_waiting_answer_carries_the_range_and_paused_ones_null(make_room):
@@ -42,8 +72,9 @@ def test_every_waiting_answer_carries_the_range_and_paused_ones_null(make_room):
         assert body["status"] == "WAITING"
         low, high = body["etaLowSeconds"], body["etaHighSeconds"]
         assert isinstance(low, int) and isinstance(high, int) and 0 <= low <= high
-    last = polled[-1].to_body()  # 40 ahead at 10 a second: 4 s, and the 0.75 s to the telling poll
-    assert (last["etaSeconds"], last["etaLowSeconds"], last["etaHighSeconds"]) == (4, 4, 5)
+    # 40 ahead at 10 a second: 4 s; 4.75 s with a quarter tick and the telling poll, 1.24 s either side.
+    last = polled[-1].to_body()
+    assert (last["etaSeconds"], last["etaLowSeconds"], last["etaHighSeconds"]) == (4, 3, 6)
     room.configure(DROP, TargetConfig(batch=10, tick_ms=1000, paused=True))
     paused = [room.enter(DROP, "1").to_body(), room.enter(DROP, "99").to_body()]
     paused.append(room.status(DROP, "41", entries[-1].queue_ticket).to_body())
@@ -64,8 +95,8 @@ def test_departures_counted_move_the_range_down(make_room):
     room.store.client.hset(keys.stats, mapping={"left": 30_000, "evicted": 10_000})
     after = room.enter(DROP, "newcomer")
     assert after.eta_seconds == before.eta_seconds == 101
-    assert before.eta_range == (99, 102)  # h = 192 / 10,600,000: 100.0 s, the tick and the poll
-    assert after.eta_range == (84, 87)  # h = 40,192 / 10,600,000: 84.9 s, the tick and the poll
+    assert before.eta_range == (94, 107)  # h = 192 / 10,600,000: 100.0 s, 100.76 with the tick and the poll, ±6.04
+    assert after.eta_range == (80, 91)  # h = 40,192 / 10,600,000: 84.9 s, 85.61 with the tick and the poll, ±5.28
 
 
 def test_the_pump_counts_the_time_users_wait(make_room):
@@ -98,7 +129,7 @@ def test_accuracy_is_measured_at_admission_against_the_first_estimate(make_room)
     room.status(DROP, "20", entries[20].queue_ticket)  # collecting again is no second sample
     # What each was told on entering, against the wait they had.
     inside = sum(entries[u].eta_range[0] <= w <= entries[u].eta_range[1] for u, w in waits.items())
-    assert 0 < inside < 8  # some of those admitted after 1.5 s were told so, none of those after 30 s
+    assert inside == 8  # the 8 admitted after 1.5 s were told so, none of the 10 after 30 s
     errors = sorted(abs(w - entries[u].eta_seconds) for u, w in waits.items())
     accuracy = room.stats(DROP)["etaAccuracy"]
     assert accuracy["samples"] == 18

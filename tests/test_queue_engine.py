@@ -125,14 +125,15 @@ def test_status_reports_place_and_eta_from_the_configured_rate(make_room):
     body = entry.to_body()
     # Asked back after half the 4.2 s wait, shortened by up to a quarter (chalicelib/polling.py).
     assert 1575 <= body.pop("pollAfterMs") <= 2100
-    # The range: around the 4.2 s and the 0.5 s to the poll that tells of the turn (chalicelib/eta.py).
+    # The range: around the 4.2 s, a quarter of the 2 s tick and the 0.5 s to the poll that tells of the turn
+    # (5.2 s), by half a tick, half a poll and 5 % either side (1.76 s): 3.44 to 6.96 s (chalicelib/eta.py).
     assert body == {
         "status": "WAITING",
         "position": 22,
         "aheadCount": 21,
         "etaSeconds": 5,
-        "etaLowSeconds": 4,
-        "etaHighSeconds": 5,
+        "etaLowSeconds": 3,
+        "etaHighSeconds": 7,
         "paused": False,
     }
 

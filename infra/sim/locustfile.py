@@ -18,7 +18,10 @@ to the requests: read the request rows for rates.) Against `make run`, `-u 300 -
 15 ms, p95 390 ms on this 2-core machine.
 
 Settings (environment): VQ_LOAD_TARGET, the line to load (default `limited-drop:1`); VQ_LOAD_FIRST_USER,
-the first user id (default random, so that runs never share users). `X-User-Id` is sent by the client
+the first user id (default random, so that runs never share users); VQ_LOAD_ETA_CSV, a file to write, at the
+end, each admitted shopper's first estimate and the wait they had (the columns of the simulator's eta.csv:
+aheadCount, etaSeconds, the range, and the seconds from sending enter to the answer that said ADMITTED), so the
+range's coverage can be read by distance from the front (docs/waits.md). `X-User-Id` is sent by the client
 itself here: point this at a stage whose upstream lets it through, never at production.
 Against `make run`: `--host http://127.0.0.1:8000`.
 """
@@ -26,8 +29,10 @@ Against `make run`: `--host http://127.0.0.1:8000`.
 import itertools
 import os
 import random
+import time
+from pathlib import Path
 
-from locust import HttpUser, task
+from locust import HttpUser, events, task
 
 TARGET_TYPE, TARGET_ID = os.environ.get("VQ_LOAD_TARGET", "limited-drop:1").split(":")
 ENTRIES = f"/virtual-queues/{TARGET_TYPE}/{TARGET_ID}/entries"
@@ -38,6 +43,14 @@ PURCHASE = {
 _user_ids = itertools.count(int(os.environ.get("VQ_LOAD_FIRST_USER") or random.randrange(1, 10**12)))
 SHOP_REFUSALS = {"SOLD_OUT": "sold out", "ALREADY_ORDERED": "already ordered"}
 SOLD_OUT_PAUSE_S = 5.0
+ETA_CSV = os.environ.get("VQ_LOAD_ETA_CSV")
+ETA_ROWS = ["ahead,eta_s,low_s,high_s,wait_s"]  # as infra/sim/report.py's eta_csv
+
+
+@events.test_stop.add_listener
+def _write_eta_csv(**kwargs) -> None:
+    if ETA_CSV:
+        Path(ETA_CSV).write_text("\n".join(ETA_ROWS) + "\n")
 
 
 class Shopper(HttpUser):
@@ -59,12 +72,22 @@ class Shopper(HttpUser):
             self.poll()
 
     def enter(self) -> None:
+        sent = time.monotonic()
         with self.client.post(
             ENTRIES, headers={"X-User-Id": self.user_id}, name="enter", catch_response=True
         ) as answer:
             if answer.status_code == 200:
-                self.ticket = answer.json().get("queueTicket", self.ticket)
-                self._follow(answer.json())
+                entry = answer.json()
+                self.ticket = entry.get("queueTicket", self.ticket)
+                if entry.get("etaLowSeconds") is not None and self.told is None:
+                    self.told = (
+                        sent,
+                        entry["aheadCount"],
+                        entry["etaSeconds"],
+                        entry["etaLowSeconds"],
+                        entry["etaHighSeconds"],
+                    )
+                self._follow(entry)
             elif answer.status_code == 409 and _code(answer) == "SOLD_OUT":
                 answer.success()  # the line's own answer: an outcome, not a failure
                 self._sold_out("sold out at enter")
@@ -105,6 +128,10 @@ class Shopper(HttpUser):
         """Take the answer's advice: a token to buy with now, or when to poll next."""
         if entry.get("status") in ("ADMITTED", "DIRECT_ADMITTED"):
             self.token, self.wait_s = entry["entryToken"], 0
+            if self.told is not None:
+                sent, ahead, eta_s, low_s, high_s = self.told
+                ETA_ROWS.append(f"{ahead},{eta_s},{low_s},{high_s},{time.monotonic() - sent:.3f}")
+                self.told = None
         elif entry.get("status") == "SOLD_OUT":
             self._sold_out("told sold out")
         else:
@@ -132,6 +159,7 @@ class Shopper(HttpUser):
         self.user_id = str(next(_user_ids))
         self.ticket: str | None = None
         self.token: str | None = None
+        self.told: tuple | None = None  # when enter was sent, and its first estimate (VQ_LOAD_ETA_CSV)
         self.wait_s = 0.0
 
 
