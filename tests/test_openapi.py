@@ -132,23 +132,29 @@ def test_the_purchase_routes_declare_the_entry_token_as_their_security_scheme():
     assert (jwt["type"], jwt["scheme"], jwt["bearerFormat"]) == ("http", "bearer", "JWT")
 
 
-def test_the_time_pattern_takes_exactly_the_times_the_app_takes():
-    """opensAt and closesAt: every day of 1999 to 2100 (and days 0, 29 to 32 of every month), at times and zones
-    at and past their bounds: the spec's pattern and the app agree on each."""
+def config_disagreements(field, values):
+    """The values of a TargetConfig `field` that the spec's pattern and the app judge differently."""
     import re
-    from datetime import date, timedelta
 
     from chalicelib.errors import InvalidArgument
     from chalicelib.target_config import parse_config
 
-    pattern = re.compile(spec()["components"]["schemas"]["TargetConfig"]["properties"]["opensAt"]["pattern"])
+    pattern = re.compile(spec()["components"]["schemas"]["TargetConfig"]["properties"][field]["pattern"])
 
-    def app_takes(text):
+    def app_takes(value):
         try:
-            parse_config(json.dumps({"opensAt": text}).encode())
+            parse_config(json.dumps({field: value}).encode())
             return True
         except InvalidArgument:
             return False
+
+    return [value for value in values if bool(pattern.fullmatch(value)) != app_takes(value)]
+
+
+def test_the_time_pattern_takes_exactly_the_times_the_app_takes():
+    """opensAt and closesAt: every day of 1999 to 2100 (and days 0, 29 to 32 of every month), at times and zones
+    at and past their bounds: the spec's pattern and the app agree on each."""
+    from datetime import date, timedelta
 
     days = [date(1999, 1, 1) + timedelta(n) for n in range((date(2101, 1, 1) - date(1999, 1, 1)).days)]
     texts = [f"{day.isoformat()}T12:00:00Z" for day in days]
@@ -164,25 +170,10 @@ def test_the_time_pattern_takes_exactly_the_times_the_app_takes():
         for zone in ("Z", "+00:00", "-23:59", "+24:00", "+05:60", "z", "")
     ]
     texts += ["2000-01-01T00:30:00+01:00", "2099-12-31T23:30:00-01:00", "0000-00-00T00:00:00Z"]
-    disagree = [text for text in texts if bool(pattern.fullmatch(text)) != app_takes(text)]
-    assert disagree == []
+    assert config_disagreements("opensAt", texts) == []
 
 
 def test_the_image_url_pattern_takes_exactly_the_urls_the_app_takes():
-    import re
-
-    from chalicelib.errors import InvalidArgument
-    from chalicelib.target_config import parse_config
-
-    pattern = re.compile(spec()["components"]["schemas"]["TargetConfig"]["properties"]["imageUrl"]["pattern"])
-
-    def app_takes(url):
-        try:
-            parse_config(json.dumps({"imageUrl": url}).encode())
-            return True
-        except InvalidArgument:
-            return False
-
     urls = [
         "https://img.example/a.png?w=200&h=200#x",
         "https://img.example",
@@ -202,7 +193,7 @@ def test_the_image_url_pattern_takes_exactly_the_urls_the_app_takes():
         "https://img.example/" + "a" * 480,
         "javascript:x",
     ]
-    assert [url for url in urls if bool(pattern.fullmatch(url)) != app_takes(url)] == []
+    assert config_disagreements("imageUrl", urls) == []
 
 
 def test_the_precondition_headers_take_exactly_what_the_app_takes():
