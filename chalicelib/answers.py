@@ -52,6 +52,10 @@ class Admitted:
     queued: bool = True
 
 
+class Due:
+    """The mark has passed the entry, but the poll brought no grant to admit it with: nothing was admitted."""
+
+
 class Full:
     """The line is at capacity."""
 
@@ -95,6 +99,7 @@ Place = (
     Waiting
     | PreQueued
     | Admitted
+    | Due
     | Full
     | Closed
     | NotInvited
@@ -188,7 +193,7 @@ _PLACES: dict[str, Callable[[Any], Place]] = {
         batch=int(getattr(r, "batch", 0)),
         tick_ms=int(getattr(r, "tick_ms", 0)),
         drawn=int(getattr(r, "drawn", 0)),
-        departures=Departures.from_script(r.counters),
+        departures=Departures.from_script([r.left, r.evicted, r.waiting_user_ms]),
     ),
     "PRE_QUEUE": lambda r: PreQueued(
         arrival=int(r.arrival),
@@ -198,6 +203,7 @@ _PLACES: dict[str, Callable[[Any], Place]] = {
     "ADMITTED": lambda r: _admitted(r.held, r.issued_now == 1),
     "PASSED": lambda r: _admitted(r.held, True, queued=False),
     "FLAG": lambda r: FlagChanged(r.target_version),
+    "DUE": lambda _: Due(),
     "FULL": lambda _: Full(),
     "CLOSED": lambda _: Closed(),
     "NOT_INVITED": lambda _: NotInvited(),

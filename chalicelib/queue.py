@@ -14,6 +14,7 @@ from chalicelib import eta, opening, polling, shop_health, waits
 from chalicelib.answers import (
     Admitted,
     Closed,
+    Due,
     FlagChanged,
     Full,
     NotInvited,
@@ -205,23 +206,23 @@ class WaitingRoom:
         """Where the ticket holder stands; this poll is also their heartbeat."""
         ticket = self._check_ticket(target, user_id, ticket_text)
         now = self.clock()
-        # Drawn before the script runs so that admission stays one round trip; kept only if it admits. Only a
-        # grant, not a signed token: most polls do not admit, and signing is most of a token's cost.
-        grant = self.signer.grant(target, user_id, ticket.seq, now, self.settings.token_ttl_s)
-        try:
-            place = self._switched(
+
+        def poll(grant: EntryGrant | None) -> Place:
+            return self._switched(
                 target,
                 user_id,
                 lambda decision: self.store.status(
-                    target,
-                    user_id,
-                    int(now * 1000),
-                    grant,
-                    ticket,
-                    self.defaults,
-                    decision,
+                    target, user_id, int(now * 1000), grant, ticket, self.defaults, decision
                 ),
             )
+
+        # The grant is drawn before the script runs, so that admission stays one round trip, but only for a poll
+        # that may admit (the reckoner's view of the line): drawing it is most of a waiting poll's own cost. A poll
+        # the mark passed unforeseen hears Due and asks again with one.
+        try:
+            place = poll(self._grant(ticket, now) if self.reckoner.near_turn(target, ticket.seq, now) else None)
+            if isinstance(place, Due):
+                place = poll(self._grant(ticket, now))
         except StoreRefused as err:
             raise self._refused(target, err) from None
         except StoreUnavailable as err:
@@ -515,6 +516,11 @@ class WaitingRoom:
             paused=turn.paused,
             poll_after_ms=polling.waiting_poll_after_ms(turn.due_s, self.settings.heartbeat_timeout_s),
         )
+
+    def _grant(self, ticket: QueueTicket, now: float) -> EntryGrant:
+        """The grant of the token a poll of `ticket`'s entry admits with, if it does. Only a grant, not a signed
+        token: signing is most of a token's cost, and the token is sealed only when the answer hands it out."""
+        return self.signer.grant(ticket.target, ticket.user_id, ticket.seq, now, self.settings.token_ttl_s)
 
     def _turn(self, ticket: QueueTicket, now: float) -> QueueEntry:
         """A ticket holder admitted by dead reckoning: a short-lived token with their entry's id."""

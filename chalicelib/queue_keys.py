@@ -1,7 +1,10 @@
-"""Key names of one target's queue state. Every key of one target shares the hash tag `{type:id}`, so each
-script runs in one cluster slot."""
+"""Key names of the queue's state, the only code that builds them (what each key holds: chalicelib/data_model.py).
+Every key of one target shares the hash tag `{type:id}`, so each script runs in one cluster slot; the few keys
+outside the targets' slots are the prefix's own."""
 
 from __future__ import annotations
+
+import re
 
 from chalicelib.targets import Target
 
@@ -30,6 +33,8 @@ class QueueKeys:
         self.purchases = f"{self.base}:purchases"
         self.events = f"{self.base}:events"
         self.budget = f"{self.base}:budget"
+        self.pace = f"{self.base}:pace"
+        self.fence = f"{self.base}:fence"
 
     def token(self, user_id: str) -> str:
         # After the target's hash tag: a brace in a user id cannot move the key to another slot.
@@ -37,3 +42,23 @@ class QueueKeys:
 
     def consumed(self, token_id: str) -> str:
         return f"{self.base}:consumed:{token_id}"
+
+
+class GlobalKeys:
+    """Key names outside the targets' slots: the registry the pump visits, the targets operators opened, the pump
+    lock, the stored flag configuration."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.targets = f"{prefix}:targets"
+        self.open = f"{prefix}:open"
+        self.pump_lock = f"{prefix}:pump-lock"
+        self.flag = f"{prefix}:flag"
+        # Every target's `config`, to SCAN for; the glob also matches a user's key whose id ends in ":config", so
+        # a match counts only if it is a target's (`is_config`).
+        self.configs = f"{prefix}:{{*}}:config"
+        self._config = re.compile(re.escape(prefix) + r":\{[a-z-]+:[0-9]+\}:config")
+
+    def is_config(self, key: str) -> bool:
+        """Whether `key`, found by `configs`, is a target's `config`."""
+        return self._config.fullmatch(key) is not None

@@ -27,6 +27,8 @@ LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
 OUTBOX_ARGS = ("outbox_cap", "outbox_ttl_ms")
 # The switch's two arguments, in enter's and status's ARGV (chalicelib/flags.py).
 SWITCH_ARGS = ("flag_version", "queued")
+# The counters the ETA's range comes from (chalicelib/eta.py), in enter's and status's WAITING answers.
+DEPARTURES = ("left", "evicted", "waiting_user_ms")
 # What adjust_rate.lua follows the shop by: chalicelib/shop_health.py's FollowRules, field for field.
 FOLLOW_ARGS = (
     "window_ms",
@@ -49,21 +51,35 @@ FOLLOW_ARGS = (
 class Contract:
     """One script's interface: its KEYS and ARGV in order, and its reply's fields.
 
-    `rest` names the ARGV that follow the named ones, a list of any length (field, value, ...). A reply is
-    `reply` (a list of these fields), or one of `replies` (a list led by a tag naming its fields), or, with
-    neither, a single value.
+    `rest` names the ARGV that follow the named ones, a list of any length (field, value, ...).
+    `admitting_keys` and `admitting_args` follow the others only in a call that may admit (status.lua): all of
+    them or none. A reply is `reply` (a list of these fields; `may_be_empty`: or an empty list), or one of
+    `replies` (a list led by a tag naming its fields), or, with neither, a single value.
     """
 
     keys: tuple[str, ...]
     args: tuple[str, ...] = ()
     rest: str | None = None
+    admitting_keys: tuple[str, ...] = ()
+    admitting_args: tuple[str, ...] = ()
     reporting: bool = False  # reports state changes: lua/outbox.lua goes before it, and it takes OUTBOX_ARGS
-    admitting: bool = False  # admits users against the per-tick budget: lua/budget.lua goes before it
+    budgeted: bool = False  # admits users against the per-tick budget: lua/budget.lua goes before it
     reply: tuple[str, ...] | None = None
+    may_be_empty: bool = False
     replies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    @property
+    def all_keys(self) -> tuple[str, ...]:
+        """Every key the script may be passed, in order."""
+        return (*self.keys, *self.admitting_keys)
+
+    @property
+    def all_args(self) -> tuple[str, ...]:
+        """Every named argument the script may be passed, in order."""
+        return (*self.args, *self.admitting_args)
+
     def __post_init__(self) -> None:
-        names = [*self.keys, *self.args]
+        names = [*self.all_keys, *self.all_args]
         if len(set(names)) != len(names):
             raise ValueError(f"a name is given twice: {names}")
         if self.reporting and not set(OUTBOX_ARGS) <= set(self.args):
@@ -74,30 +90,31 @@ class Contract:
 CONTRACTS: dict[str, Contract] = {
     "enter": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "token", "registered", "stats", "config", "prequeue", "draw",
-              "active", "budget", "events"),
+              "active", "budget", "events", "pace"),
         args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "entry_key", "grant_expires_s",
               "grant_ttl_ms", "grant_expires_ms", "registration_refresh_ms", "default_batch", "default_tick_ms",
               "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS),
         reporting=True,
-        admitting=True,
+        budgeted=True,
         replies={
             "ADMITTED": ("held", "issued_now"),
             "PASSED": ("held", "register"),
-            "WAITING": ("seq", "ahead", "rate", "paused", "created", "register", "counters"),
+            "WAITING": ("seq", "ahead", "rate", "paused", "created", "register", *DEPARTURES),
             "PRE_QUEUE": ("arrival", "opens_at_ms", "created", "register"),
             "FULL": (), "CLOSED": (), "NOT_INVITED": (), "SOLD_OUT": (), "UNKNOWN_TARGET": (), "OFF": (),
             "FLAG": ("target_version",),
         },
     ),
     "status": Contract(
-        keys=("waiting", "heartbeat", "mark", "token", "stats", "waits", "config", "prequeue", "active", "draw",
-              "ended"),
-        args=("user_id", "now_ms", "grant", "grant_ttl_ms", "grant_expires_ms", "wait_ms", "wait_bucket",
-              "default_batch", "default_tick_ms", "ticket_entry", "idle_ttl_ms", *SWITCH_ARGS, "told_inside",
-              "told_error_bucket"),
+        keys=("waiting", "heartbeat", "mark", "token", "stats", "pace", "config", "prequeue", "draw", "ended", "fence"),
+        args=("user_id", "now_ms", "default_batch", "default_tick_ms", "ticket_entry", *SWITCH_ARGS),
+        admitting_keys=("waits", "active"),
+        admitting_args=("grant", "grant_ttl_ms", "grant_expires_ms", "wait_ms", "wait_bucket", "told_inside",
+                        "told_error_bucket", "idle_ttl_ms"),
         replies={
             "ADMITTED": ("held", "issued_now"),
-            "WAITING": ("seq", "ahead", "rate", "paused", "mark", "batch", "tick_ms", "drawn", "counters"),
+            "DUE": (),
+            "WAITING": ("seq", "ahead", "rate", "paused", "mark", "batch", "tick_ms", "drawn", *DEPARTURES),
             "PRE_QUEUE": ("arrival", "opens_at_ms"),
             "NOT_IN_QUEUE": (), "OTHER_ENTRY": (), "UNKNOWN_TARGET": (), "SOLD_OUT": (), "OFF": (),
             "FLAG": ("target_version",),
@@ -119,10 +136,10 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "stats": Contract(
         keys=("waiting", "mark", "stats", "waits", "prequeue", "active", "config", "draw", "health", "purchases",
-              "tick"),
+              "tick", "pace", "fence"),
         args=("now_ms",),
         reply=("waiting", "pre_queued", "active", "stats", "waits", "config", "draw", "health", "purchases",
-               "last_tick_ms"),
+               "last_tick_ms", "rate", "fence"),
     ),
     "configure": Contract(
         keys=("config", "events", "stats"),
@@ -142,11 +159,11 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "admit": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "tick", "stats", "waits", "admissions", "config", "prequeue",
-              "draw", "active", "health", "events", "ended", "budget"),
+              "draw", "active", "health", "events", "ended", "budget", "pace", "fence"),
         args=("default_tick_ms", "default_batch", "catchup_ticks", "idle_ttl_ms", *OUTBOX_ARGS, "seen_tick_ms",
               "seen_mark", "fence_margin_us", "fence_window_ms"),
         reporting=True,
-        admitting=True,
+        budgeted=True,
         reply=("applied_tick", "admitted", "mark", "waiting", "server_ms", "needs_draw", "tick_ms", "batch",
                "max_waiting", "max_active", "paused", "sold_out", "per_tick", "fenced_from", "fenced_to"),
     ),
@@ -156,7 +173,7 @@ CONTRACTS: dict[str, Contract] = {
         reporting=True,
         reply=("evicted", "idle"),
     ),
-    "forget_target": Contract(keys=("registry",), args=("target", "nonce")),
+    "forget_target": Contract(keys=("targets",), args=("target", "nonce")),
     "raise_mark": Contract(keys=("mark", "tick"), args=("seq", "tick_ms", "idle_ttl_ms")),
     "observe_purchase": Contract(
         keys=("config", "purchases", "stats", "events", "registered"),
@@ -168,7 +185,8 @@ CONTRACTS: dict[str, Contract] = {
     "adjust_rate": Contract(
         keys=("config", "health", "purchases"),
         args=("default_tick_ms", "default_batch", "health_ttl_ms", *FOLLOW_ARGS),
-        reply=("allowed", "p95_ms", "error_share", "judged"),  # or an empty list: nothing to adjust this tick
+        reply=("allowed", "p95_ms", "error_share", "judged"),
+        may_be_empty=True,  # nothing to adjust this tick
     ),
 }
 # fmt: on
@@ -225,6 +243,8 @@ class Script:
         """`reply` with its fields by name: a tagged reply as a tuple led by `tag`. ValueError for a tag or a
         length the contract does not declare."""
         if self._reply is not None:
+            if not reply and self.contract.may_be_empty:
+                return None
             if len(reply) != len(self.contract.reply or ()):
                 raise ValueError(f"{self.name}.lua answered {len(reply)} fields, not {self._reply._fields}")
             return self._reply._make(reply)
@@ -246,25 +266,43 @@ def _binder(name: str, contract: Contract) -> Callable[..., tuple[tuple, tuple]]
     """A function of the contract's keys and arguments as keyword-only parameters, answering them as (keys, args)
     in the script's order. Python's own binding of keyword arguments then checks every name, at a fraction of
     the cost of looking each up in a dict: a client call binds two dozen. (namedtuple and dataclasses make
-    methods the same way.)"""
-    names = (*contract.keys, *contract.args)
+    methods the same way.) The admitting keys and arguments default to absent, and are sent only if all are given.
+    """
+    names = (*contract.all_keys, *contract.all_args)
     if not all(n.isidentifier() and not keyword.iskeyword(n) for n in names):
         raise ValueError(f"{name}.lua's contract names must be Python identifiers: {names}")
-    source = (
-        f"def {name}_lua(*, {', '.join(names)}):\n"
-        f"    return ({''.join(n + ', ' for n in contract.keys)}), ({''.join(n + ', ' for n in contract.args)})\n"
-    )
-    namespace: dict[str, Any] = {}
+    required = ", ".join((*contract.keys, *contract.args))
+    optional = "".join(f", {n}=_ABSENT" for n in (*contract.admitting_keys, *contract.admitting_args))
+    source = f"def {name}_lua(*, {required}{optional}):\n"
+    if optional:
+        admitting = (*contract.admitting_keys, *contract.admitting_args)
+        source += (
+            f"    absent = ({''.join(n + ', ' for n in admitting)}).count(_ABSENT)\n"
+            f"    if absent == 0:\n"
+            f"        return {_tuples(contract.all_keys, contract.all_args)}\n"
+            f"    if absent < {len(admitting)}:\n"
+            f"        raise TypeError({f'{name}.lua takes all of {admitting} or none'!r})\n"
+        )
+    source += f"    return {_tuples(contract.keys, contract.args)}\n"
+    namespace: dict[str, Any] = {"_ABSENT": _ABSENT}
     exec(source, namespace)
     return namespace[f"{name}_lua"]
 
 
+def _tuples(keys: Sequence[str], args: Sequence[str]) -> str:
+    return f"({''.join(n + ', ' for n in keys)}), ({''.join(n + ', ' for n in args)})"
+
+
+# An admitting key or argument not given.
+_ABSENT: Any = object()
+
+
 def load_script(client: RedisClient, name: str) -> Script:
-    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events, and `lua/budget.lua` if it admits), loaded on
-    its first call and then called by SHA, with its contract."""
+    """`lua/<name>.lua` (after `lua/outbox.lua` if it reports events, and `lua/budget.lua` if it admits against the
+    budget), loaded on its first call and then called by SHA, with its contract."""
     contract = CONTRACTS[name]
     text = (LUA_DIR / f"{name}.lua").read_text()
-    if contract.admitting:
+    if contract.budgeted:
         text = (LUA_DIR / "budget.lua").read_text() + text
     if contract.reporting:
         text = (LUA_DIR / "outbox.lua").read_text() + text

@@ -1,4 +1,5 @@
-"""The Redis gateway: the only code that calls the Lua scripts, with the keys of queue_keys.py.
+"""The Redis gateway: the only code that calls the Lua scripts, with the keys of queue_keys.py (what each holds:
+data_model.py).
 
 Each client-facing method is one script call: one round trip; one pump tick is one pipeline for every target.
 What the scripts answer is in answers.py, the connection and its failures in redis_connection.py, loading and
@@ -11,7 +12,6 @@ import functools
 import hashlib
 import json
 import random
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, cast
@@ -23,7 +23,7 @@ from chalicelib.answers import OtherEntry, Place, QueueFigures, TargetTick, plac
 from chalicelib.errors import QueueError
 from chalicelib.flags import QUEUED, Decision
 from chalicelib.observability import logger
-from chalicelib.queue_keys import QueueKeys
+from chalicelib.queue_keys import GlobalKeys, QueueKeys
 from chalicelib.redis_connection import REDIS_FAILURES, Breaker, Breakers, RedisClient, guarded, is_cluster
 from chalicelib.scripts import load_script, run_pipelined
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig
@@ -98,10 +98,7 @@ class QueueStore:
         # After a few failures in a row, client calls on a slot skip Redis for a cool-down instead of each paying the
         # timeout: one breaker per slot on a cluster, so one node's trouble fails no other node's targets open.
         self.breakers = breakers or Breakers(fail_max=3, reset_timeout=5, per_slot=is_cluster(client))
-        self.targets_key = f"{prefix}:targets"
-        self.pump_lock_key = f"{prefix}:pump-lock"
-        self.flag_key = f"{prefix}:flag"
-        self.open_key = f"{prefix}:open"  # target -> its opening (ms): what keeps the scheduled pump awake
+        self.global_keys = GlobalKeys(prefix)
         # A target's key names, built once rather than on every call (a poll would build 18 names to send 10).
         # Bounded: a request can name any target id.
         self.keys: Callable[[Target], QueueKeys] = functools.lru_cache(maxsize=4096)(
@@ -152,6 +149,7 @@ class QueueStore:
             active=k.active,
             budget=k.budget,
             events=k.events,
+            pace=k.pace,
             user_id=user_id,
             now_ms=now_ms,
             default_max_waiting=defaults.max_waiting,
@@ -180,47 +178,54 @@ class QueueStore:
         target: Target,
         user_id: str,
         now_ms: int,
-        grant: EntryGrant,
+        grant: EntryGrant | None,
         ticket: QueueTicket,
         defaults: Defaults,
         decision: Decision = QUEUED,
     ) -> Place:
         """Where the entry `ticket` names stands; refreshes its heartbeat, and admits it (with `grant`) if the mark
-        has passed its seq.
+        has passed its seq. Without a grant (a poll that is not expected to admit), such a poll answers Due.
 
         On admission the wait since the ticket's entry goes into the target's wait-time histogram, and beside it
         how it compares with the estimate the ticket's entry was first told (the ETA's accuracy).
         """
         k = self.keys(target)
-        wait_ms = max(0, now_ms - ticket.entered_at_ms)
-        keys, args = self._status.order(
-            waiting=k.waiting,
-            heartbeat=k.heartbeat,
-            mark=k.mark,
-            token=k.token(user_id),
-            stats=k.stats,
-            waits=k.waits,
-            config=k.config,
-            prequeue=k.prequeue,
-            active=k.active,
-            draw=k.draw,
-            ended=k.ended,
-            user_id=user_id,
-            now_ms=now_ms,
-            grant=grant.text,
-            grant_ttl_ms=grant.expires_at * 1000 - now_ms,
-            grant_expires_ms=grant.expires_at * 1000,
-            wait_ms=wait_ms,
-            wait_bucket=waits.bucket_of(wait_ms / 1000),
-            told_inside="" if ticket.told is None else int(ticket.told.holds(wait_ms / 1000)),
-            told_error_bucket="" if ticket.told is None else waits.bucket_of(abs(wait_ms / 1000 - ticket.told.eta_s)),
-            default_batch=defaults.batch,
-            default_tick_ms=defaults.tick_ms,
-            ticket_entry=ticket.seq,
-            idle_ttl_ms=defaults.idle_ttl_ms,
-            flag_version=decision.flag_version,
-            queued=int(decision.queued),
-        )
+        named = {
+            "waiting": k.waiting,
+            "heartbeat": k.heartbeat,
+            "mark": k.mark,
+            "token": k.token(user_id),
+            "stats": k.stats,
+            "pace": k.pace,
+            "config": k.config,
+            "prequeue": k.prequeue,
+            "draw": k.draw,
+            "ended": k.ended,
+            "fence": k.fence,
+            "user_id": user_id,
+            "now_ms": now_ms,
+            "default_batch": defaults.batch,
+            "default_tick_ms": defaults.tick_ms,
+            "ticket_entry": ticket.seq,
+            "flag_version": decision.flag_version,
+            "queued": int(decision.queued),
+        }
+        if grant is not None:
+            wait_ms = max(0, now_ms - ticket.entered_at_ms)
+            told = ticket.told
+            named.update(
+                waits=k.waits,
+                active=k.active,
+                grant=grant.text,
+                grant_ttl_ms=grant.expires_at * 1000 - now_ms,
+                grant_expires_ms=grant.expires_at * 1000,
+                wait_ms=wait_ms,
+                wait_bucket=waits.bucket_of(wait_ms / 1000),
+                told_inside="" if told is None else int(told.holds(wait_ms / 1000)),
+                told_error_bucket="" if told is None else waits.bucket_of(abs(wait_ms / 1000 - told.eta_s)),
+                idle_ttl_ms=defaults.idle_ttl_ms,
+            )
+        keys, args = self._status.order(**named)
         return place_of(self._status.read(self._guarded(self._status.run, keys, args)))
 
     def leave(self, target: Target, user_id: str, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
@@ -335,11 +340,14 @@ class QueueStore:
             health=k.health,
             purchases=k.purchases,
             tick=k.tick,
+            pace=k.pace,
+            fence=k.fence,
             now_ms=now_ms,
         )
         reply = self._stats.read(self._guarded(self._stats.run, keys, args))
-        fields, config, health = _pairs(reply.stats), _pairs(reply.config), _pairs(reply.health)
-        counters = {name: int(value) for name, value in fields.items() if name != "rate"}
+        config, health, fence = _pairs(reply.config), _pairs(reply.health), _pairs(reply.fence)
+        # Counters only: a field of another layout (a deploy during a sale) is left out.
+        counters = {name: int(value) for name, value in _pairs(reply.stats).items() if value.lstrip("-").isdigit()}
         eta_errors = {int(name[10:]): n for name, n in counters.items() if name.startswith("eta_error:")}
         return QueueFigures(
             waiting=reply.waiting,
@@ -350,7 +358,7 @@ class QueueStore:
             evicted=counters.get("evicted", 0),
             wait_ms=counters.get("wait_ms", 0),
             wait_histogram={int(b): int(n) for b, n in _pairs(reply.waits).items()},
-            measured_rate=float(fields["rate"]) if "rate" in fields else None,
+            measured_rate=float(reply.rate) if reply.rate else None,
             config=TargetConfig.from_redis(config),
             draw=_pairs(reply.draw),
             commitment=config.get(DRAW_COMMITMENT),
@@ -359,12 +367,12 @@ class QueueStore:
             orders=counters.get("orders", 0),
             not_invited=counters.get("not_invited", 0),
             passed_through=counters.get("passed_through", 0),
-            allowed_batch=float(health["batch"]) if "batch" in health else None,
+            allowed_batch=float(health["allowed"]) if "allowed" in health else None,
             purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
             last_tick_ms=int(reply.last_tick_ms) if reply.last_tick_ms else None,
             restored=counters.get("restored", 0),
             fences=counters.get("fences", 0),
-            lost_seqs=(counters["fence_lost_from"], counters["fence_lost_to"]) if "fence_lost_to" in counters else None,
+            lost_seqs=(int(fence["lost_from"]), int(fence["lost_to"])) if "lost_to" in fence else None,
             eta_samples=counters.get("eta_samples", 0),
             eta_inside=counters.get("eta_inside", 0),
             eta_errors=eta_errors,
@@ -460,7 +468,7 @@ class QueueStore:
 
     def flag(self) -> tuple[str, dict] | None:
         """The flag configuration flag_sync stored last, with its version (None: none stored)."""
-        stored = self._guarded(self.client.get, self.flag_key)
+        stored = self._guarded(self.client.get, self.global_keys.flag)
         if stored is None:
             return None
         value = json.loads(stored)
@@ -470,11 +478,9 @@ class QueueStore:
         """Store a flag configuration, then mark every known target's settings with its version (flag_sync);
         answers how many targets were marked. The enter and status scripts compare the mark with the
         version their caller decided by: no request pays a round trip for it."""
-        self.client.set(self.flag_key, json.dumps({"version": version, "configuration": configuration}))
-        # The glob also matches a user's key whose id ends in ":config" (queue_keys.py): only a target's config counts.
-        config_key = re.compile(re.escape(self.prefix) + r":\{[a-z-]+:[0-9]+\}:config")
-        scanned = self.client.scan_iter(match=f"{self.prefix}:{{*}}:config", count=1000)
-        known = {key for key in scanned if config_key.fullmatch(key)}
+        self.client.set(self.global_keys.flag, json.dumps({"version": version, "configuration": configuration}))
+        scanned = self.client.scan_iter(match=self.global_keys.configs, count=1000)
+        known = {key for key in scanned if self.global_keys.is_config(key)}
         known |= {self.keys(target).config for target in self.registered_targets()}
         for config_key in known:
             self.client.hset(config_key, "flag_version", version)
@@ -561,8 +567,8 @@ class QueueStore:
         # only if nobody registered it again in between. Like the queues, the registry expires unless used.
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.zadd(self.targets_key, {str(target): random.getrandbits(52)})
-            pipe.pexpire(self.targets_key, idle_ttl_ms)
+            pipe.zadd(self.global_keys.targets, {str(target): random.getrandbits(52)})
+            pipe.pexpire(self.global_keys.targets, idle_ttl_ms)
             pipe.execute()
         except REDIS_FAILURES:
             # The user is in line all the same; an enter after the registration lapses registers again.
@@ -573,32 +579,33 @@ class QueueStore:
         # NX gives a new key its TTL, GT only ever lengthens it.
         ttl_ms = opening_ms - now_ms + OPEN_KEPT_MS
         pipe = self.client.pipeline(transaction=False)
-        pipe.zadd(self.open_key, {str(target): opening_ms})
-        pipe.zremrangebyscore(self.open_key, "-inf", now_ms - OPEN_KEPT_MS)
-        pipe.pexpire(self.open_key, ttl_ms, nx=True)
-        pipe.pexpire(self.open_key, ttl_ms, gt=True)
+        open_key = self.global_keys.open
+        pipe.zadd(open_key, {str(target): opening_ms})
+        pipe.zremrangebyscore(open_key, "-inf", now_ms - OPEN_KEPT_MS)
+        pipe.pexpire(open_key, ttl_ms, nx=True)
+        pipe.pexpire(open_key, ttl_ms, gt=True)
         self._guarded(pipe.execute)
 
     def pump_has_work(self, now_ms: int) -> bool:
         """Whether any target is registered (users in line or in a pre-queue, events to publish) or open: its
         opening (or configuration) within OPEN_LOOKAHEAD_MS ahead or OPEN_KEPT_MS behind `now_ms`."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.targets_key)
-        pipe.zcount(self.open_key, now_ms - OPEN_KEPT_MS, now_ms + OPEN_LOOKAHEAD_MS)
+        pipe.zcard(self.global_keys.targets)
+        pipe.zcount(self.global_keys.open, now_ms - OPEN_KEPT_MS, now_ms + OPEN_LOOKAHEAD_MS)
         registered, opening = pipe.execute()
         return registered > 0 or opening > 0
 
     def pump_lock(self, lease_ms: int) -> Lock:
         """The one pump lock (redis-py's Lock: SET NX PX with an owner token; only the owner extends or releases)."""
-        return self.client.lock(self.pump_lock_key, timeout=lease_ms / 1000, blocking=False, thread_local=False)
+        return self.client.lock(self.global_keys.pump_lock, timeout=lease_ms / 1000, blocking=False, thread_local=False)
 
     def registered_targets(self, idle_ttl_ms: int | None = None) -> dict[Target, int]:
         """Every target the pump visits, with the nonce of its registration (see `forget_targets`); with
         `idle_ttl_ms`, the registry's sliding TTL is refreshed in the same round trip."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrange(self.targets_key, 0, -1, withscores=True)
+        pipe.zrange(self.global_keys.targets, 0, -1, withscores=True)
         if idle_ttl_ms is not None:
-            pipe.pexpire(self.targets_key, idle_ttl_ms)
+            pipe.pexpire(self.global_keys.targets, idle_ttl_ms)
         targets = {}
         for member, nonce in pipe.execute()[0]:
             type_, _, target_id = member.partition(":")
@@ -670,6 +677,8 @@ class QueueStore:
                     events=k.events,
                     ended=k.ended,
                     budget=k.budget,
+                    pace=k.pace,
+                    fence=k.fence,
                     default_tick_ms=rules.tick_ms,
                     default_batch=rules.batch,
                     catchup_ticks=rules.catchup_ticks,
@@ -714,7 +723,7 @@ class QueueStore:
     def forget_targets(self, nonces: Mapping[Target, int]) -> list[Target]:
         """Drop idle targets from the registry, each only if it was not registered again since `nonces` was read."""
         calls = [
-            self._forget_target.bind(registry=self.targets_key, target=str(target), nonce=nonce)
+            self._forget_target.bind(targets=self.global_keys.targets, target=str(target), nonce=nonce)
             for target, nonce in nonces.items()
         ]
         return [target for target, gone in zip(nonces, run_pipelined(self.client, calls), strict=True) if gone == 1]

@@ -3,9 +3,9 @@
 -- clear of it, and the configured batch as the ceiling.
 -- How and why it follows the shop, state by state, with every argument: docs/origin-slo.md.
 -- KEYS[1] config     hash: batch, tick_ms, slo_p95_ms, slo_error_rate (without an originSlo nothing is kept)
--- KEYS[2] health     hash: batch (users per tick allowed), tick (start (ms) of the tick last adjusted),
---                    changed_at (ms, the last change), cut_at (ms, the last cut), capacity (the shop's throughput
---                    per tick at the last cut); admit.lua reads `batch` and keeps `carry` here
+-- KEYS[2] health     hash: allowed (users per tick the shop's health allows), tick (start (ms) of the tick last
+--                    adjusted), changed_at (ms, the last change), cut_at (ms, the last cut), capacity (the shop's
+--                    throughput per tick at the last cut); admit.lua reads `allowed`
 -- KEYS[3] purchases  list of 'sent at (ms):latency (ms):ok (1|0)', newest answer first (observe_purchase.lua)
 -- ARGV[1] default_tick_ms  default tick length (ms)
 -- ARGV[2] default_batch    default batch
@@ -44,7 +44,7 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local tick_ms = tonumber(config_values[2] or default_tick_ms)
 local batch = tonumber(config_values[1] or default_batch)
 local tick = math.floor(now / tick_ms) * tick_ms
-local health_values = redis.call('HMGET', health, 'batch', 'tick', 'changed_at', 'capacity', 'cut_at')
+local health_values = redis.call('HMGET', health, 'allowed', 'tick', 'changed_at', 'capacity', 'cut_at')
 if health_values[2] and tonumber(health_values[2]) >= tick then
   return {}
 end
@@ -146,7 +146,7 @@ elseif now - changed_at >= reach + window then
   changed_at = now
 end
 -- In full: the plateau is compared with what is read back (tostring keeps 14 digits).
-redis.call('HSET', health, 'batch', string.format('%.17g', allowed), 'tick', tick, 'changed_at', changed_at,
+redis.call('HSET', health, 'allowed', string.format('%.17g', allowed), 'tick', tick, 'changed_at', changed_at,
   'capacity', string.format('%.17g', capacity), 'cut_at', cut_at)
 redis.call('PEXPIRE', health, health_ttl_ms)
 return {tostring(allowed), p95, tostring(error_share), n}

@@ -7,11 +7,7 @@
 -- KEYS[3] seq         the last sequence number handed out
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[5] tick        start time (ms) of the last applied tick
--- KEYS[6] stats       hash of counters: `admitted` counts admissions; `rate` is the measured admission rate;
---                     `fences` counts failovers fenced, `fence_lost_from`, `fence_lost_to` and `fence_until_ms` the
---                     last one's range of seqs that may have been lost, and until when status.lua restores one of
---                     them admitted; `fence_mark` the mark the fence raised the node to, and `fence_owed` the
---                     places status.lua restored admitted above it, which take the next ticks' slots;
+-- KEYS[6] stats       hash of counters: `admitted` counts admissions, `fences` failovers fenced;
 --                     `waiting_user_ms` sums the users waiting over each tick's length (what departures are a rate of)
 -- KEYS[7] waits       wait-time histogram (only its TTL is kept here)
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users
@@ -21,13 +17,20 @@
 -- KEYS[10] prequeue   zset: user id -> arrival seq, before opening
 -- KEYS[11] draw       hash: opens_at_ms and state ('drawing' | 'done') of the opening's pre-queue draw
 -- KEYS[12] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
--- KEYS[13] health     hash: `batch`, the users per tick the shop's health allows (adjust_rate.lua), and `carry`,
---                     the fraction of a user owed from earlier ticks; read only when the target has an originSlo
+-- KEYS[13] health     hash: `allowed`, the users per tick the shop's health allows (adjust_rate.lua); read only
+--                     when the target has an originSlo
 -- KEYS[14] events     the target's outbox stream (outbox.lua): UserAdmitted for each user admitted
 -- KEYS[15] ended      zset: user id -> seq of their last entry that ended on purpose (its records the mark passed
 --                     are dropped: status.lua restores no such seq)
 -- KEYS[16] budget     hash: the admissions counted against each tick (budget.lua): the safety net's since the last
 --                     applied tick come out of this tick's
+-- KEYS[17] pace      hash: the measured rate (`rate`, over the last minute's ticks that left users waiting, from
+--                     `rate_admitted` and `rate_ticks`), and `carry`, the fraction of a user a tick below the batch
+--                     leaves to the next
+-- KEYS[18] fence     hash: the last failover fenced: `lost_from` and `lost_to`, the seqs it may have lost, and
+--                     `until_ms`, until when status.lua restores one of them admitted; `mark`, the mark it raised the
+--                     node to, and `overdraft`, the places status.lua restored admitted above it, which take the next
+--                     ticks' slots
 -- ARGV[1] default_tick_ms  default tick length (ms)
 -- ARGV[2] default_batch    default batch (users per tick)
 -- ARGV[3] catchup_ticks    catch-up cap (ticks)
@@ -38,13 +41,14 @@
 -- ARGV[8] seen_mark        the mark it saw then (0: none)
 -- ARGV[9] fence_margin_us  how far above the server clock a fence raises the seq (us)
 -- ARGV[10] fence_window_ms how long after a fence status.lua restores an entry the mark passed among the seqs lost
--- Returns {applied_tick, admitted, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active, paused, sold_out, per_tick, fenced_from, fenced_to}:
+-- Returns {applied_tick, admitted, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active,
+--   paused, sold_out, per_tick, fenced_from, fenced_to}:
 --   applied tick (0 if already applied), admitted now, mark, waiting not yet admitted, server time (ms), the
 --   pre-queue needs its opening draw (0|1), tick length (ms), batch, max waiting or 0, max active or 0, paused
 --   (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held), and the
 --   range of seqs a failover fenced by this call may have lost (0, 0: no fence)
 local waiting, heartbeat, seq, mark, tick, stats, waits, admissions, config, prequeue, draw, active, health,
-  events, ended, budget = unpack(KEYS)
+  events, ended, budget, pace, fence = unpack(KEYS)
 local default_tick_ms, default_batch, catchup_ticks, idle_ttl_ms, outbox_cap, outbox_ttl_ms, seen_tick_ms, seen_mark,
   fence_margin_us, fence_window_ms = unpack(ARGV)
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
@@ -57,10 +61,8 @@ local batch = tonumber(config_values[1] or default_batch)
 local held = config_values[6] == '1' or config_values[7] == '1'
 local per_tick = batch
 if config_values[8] or config_values[9] then
-  per_tick = math.min(batch, tonumber(redis.call('HGET', health, 'batch') or batch))
+  per_tick = math.min(batch, tonumber(redis.call('HGET', health, 'allowed') or batch))
 end
-local settings = {tick_ms, batch, tonumber(config_values[5] or '0'), tonumber(config_values[3] or '0'),
-  config_values[6] == '1' and 1 or 0, config_values[7] == '1' and 1 or 0, held and '0' or tostring(per_tick)}
 local tick_number = math.floor(now / tick_ms)
 -- Kept as a time, not a tick number, so a change of tick length never replays or skips a tick.
 local last = tonumber(redis.call('GET', tick))
@@ -86,22 +88,27 @@ if tonumber(seen_tick_ms) > (last or 0) or tonumber(seen_mark) > tonumber(mark_t
     mark_text = seen_mark
     redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
   end
-  redis.call('HSET', stats, 'fence_lost_from', string.format('%d', fenced_from), 'fence_lost_to',
-    string.format('%d', fenced_to), 'fence_until_ms', last_before and now + tonumber(fence_window_ms) or now,
-    'fence_mark', mark_text)
+  redis.call('HSET', fence, 'lost_from', string.format('%d', fenced_from), 'lost_to', string.format('%d', fenced_to),
+    'until_ms', last_before and now + tonumber(fence_window_ms) or now, 'mark', mark_text)
+  redis.call('PEXPIRE', fence, idle_ttl_ms)
   redis.call('HINCRBY', stats, 'fences', 1)
 end
-settings[#settings + 1] = fenced_from
-settings[#settings + 1] = fenced_to
+-- The reply: what this call did, then the target's configuration in force and the fence, if any.
+local function answer(applied_tick, admitted, waiting_now, needs_draw)
+  return {applied_tick, admitted, tonumber(mark_text), waiting_now, now, needs_draw, tick_ms, batch,
+    tonumber(config_values[5] or '0'), tonumber(config_values[3] or '0'), config_values[6] == '1' and 1 or 0,
+    config_values[7] == '1' and 1 or 0, held and '0' or tostring(per_tick), fenced_from, fenced_to}
+end
 local collecting = redis.call('ZCOUNT', waiting, '-inf', mark_text)
 local waiting_count = redis.call('ZCARD', waiting) - collecting
 if last and tick_number * tick_ms <= last then
-  return {0, 0, tonumber(mark_text), waiting_count, now, 0, unpack(settings)}
+  return answer(0, 0, waiting_count, 0)
 end
 
 -- Sliding TTL: a queue the pump still visits stays alive (its configuration is the operator's to keep).
 local function keep_alive()
-  for _, key in ipairs({waiting, heartbeat, seq, mark, stats, waits, admissions, prequeue, draw, active, ended}) do
+  for _, key in ipairs({waiting, heartbeat, seq, mark, stats, waits, admissions, prequeue, draw, active, ended, pace,
+      fence}) do
     redis.call('PEXPIRE', key, idle_ttl_ms)
   end
 end
@@ -114,7 +121,7 @@ if opens_at and now >= opens_at then
   if draw_record[1] ~= config_values[4] or draw_record[2] ~= 'done' then
     redis.call('SET', tick, tick_number * tick_ms, 'PX', idle_ttl_ms)
     keep_alive()
-    return {tick_number, 0, tonumber(mark_text), waiting_count, now, 1, unpack(settings)}
+    return answer(tick_number, 0, waiting_count, 1)
   end
 end
 
@@ -127,20 +134,21 @@ end
 if waiting_count > 0 then
   redis.call('HINCRBY', stats, 'waiting_user_ms', waiting_count * (last and tick_number * tick_ms - last or tick_ms))
 end
--- Below the batch, users per tick may be fractional: the fraction carries over to the next tick.
-local owed = per_tick * covered
+-- What these ticks may admit. Below the batch, users per tick may be fractional: the fraction carries over to the
+-- next tick.
+local allowance = per_tick * covered
 if per_tick < batch then
-  owed = owed + tonumber(redis.call('HGET', health, 'carry') or '0')
+  allowance = allowance + tonumber(redis.call('HGET', pace, 'carry') or '0')
 end
 -- What the safety net admitted since the last applied tick came out of these ticks' budget.
 local net = tick_budget(budget, idle_ttl_ms)
 local passed = net.spent(tick_number * tick_ms, covered)
-owed = math.max(0, owed - passed)
-local admitted = math.min(math.floor(owed), waiting_count)
+allowance = math.max(0, allowance - passed)
+local admitted = math.min(math.floor(allowance), waiting_count)
 if held then
   admitted = 0
 elseif per_tick < batch then
-  redis.call('HSET', health, 'carry', admitted < waiting_count and tostring(owed - admitted) or '0')
+  redis.call('HSET', pace, 'carry', admitted < waiting_count and tostring(allowance - admitted) or '0')
 end
 -- maxActive: admitted users not done with their turn (still collecting, or holding a live unused token)
 -- take up room.
@@ -153,10 +161,10 @@ end
 -- Places a fence's restore admitted that the old primary had not (status.lua) were admitted past the batch: they
 -- take these slots, so the rate holds over the failover. The mark meanwhile passes lost seqs whose holders have not
 -- polled yet, and each of them is one more such place.
-local owed_to_restores = math.min(admitted, tonumber(redis.call('HGET', stats, 'fence_owed') or '0'))
-if owed_to_restores > 0 then
-  admitted = admitted - owed_to_restores
-  redis.call('HINCRBY', stats, 'fence_owed', -owed_to_restores)
+local overdraft = math.min(admitted, tonumber(redis.call('HGET', fence, 'overdraft') or '0'))
+if overdraft > 0 then
+  admitted = admitted - overdraft
+  redis.call('HINCRBY', fence, 'overdraft', -overdraft)
 end
 if admitted > 0 then
   -- Ranks follow seq, and users who left or were evicted hold no rank: the mark moves to the
@@ -171,9 +179,9 @@ if admitted > 0 then
   -- The records of entries the mark passed restore nothing any more, but while a fence's window lasts, those among
   -- the seqs it found lost.
   local floor = tonumber(mark_text)
-  local fence = redis.call('HMGET', stats, 'fence_lost_from', 'fence_until_ms')
-  if fence[1] and now < tonumber(fence[2]) then
-    floor = math.min(floor, tonumber(fence[1]))
+  local lost_from, until_ms = unpack(redis.call('HMGET', fence, 'lost_from', 'until_ms'))
+  if lost_from and now < tonumber(until_ms) then
+    floor = math.min(floor, tonumber(lost_from))
   end
   redis.call('ZREMRANGEBYSCORE', ended, '-inf', string.format('%d', floor))
 end
@@ -186,12 +194,12 @@ elseif passed > 0 then
 end
 
 -- The measured rate counts only ticks that left users waiting: a tick short of users measures demand,
--- not how fast the line moves. Running sums in `stats` keep this O(1) per tick.
+-- not how fast the line moves. Running sums in `pace` keep this O(1) per tick.
 -- Slots restores took count as admissions: the line moved that fast.
 if waiting_count - admitted > 0 and not held then
-  redis.call('LPUSH', admissions, tick_number * tick_ms .. ':' .. (admitted + owed_to_restores) .. ':' .. covered)
-  redis.call('HINCRBY', stats, 'rate_admitted', admitted + owed_to_restores)
-  redis.call('HINCRBY', stats, 'rate_ticks', covered)
+  redis.call('LPUSH', admissions, tick_number * tick_ms .. ':' .. (admitted + overdraft) .. ':' .. covered)
+  redis.call('HINCRBY', pace, 'rate_admitted', admitted + overdraft)
+  redis.call('HINCRBY', pace, 'rate_ticks', covered)
 end
 local oldest = tick_number * tick_ms - 60000
 while true do
@@ -200,16 +208,16 @@ while true do
   local at, count, ticks = string.match(entry, '^(%d+):(%d+):(%d+)$')
   if tonumber(at) > oldest then break end
   redis.call('RPOP', admissions)
-  redis.call('HINCRBY', stats, 'rate_admitted', -tonumber(count))
-  redis.call('HINCRBY', stats, 'rate_ticks', -tonumber(ticks))
+  redis.call('HINCRBY', pace, 'rate_admitted', -tonumber(count))
+  redis.call('HINCRBY', pace, 'rate_ticks', -tonumber(ticks))
 end
-local ticks = tonumber(redis.call('HGET', stats, 'rate_ticks') or '0')
+local ticks = tonumber(redis.call('HGET', pace, 'rate_ticks') or '0')
 if ticks > 0 then
-  local per_second = tonumber(redis.call('HGET', stats, 'rate_admitted')) * 1000 / (ticks * tick_ms)
-  redis.call('HSET', stats, 'rate', string.format('%.3f', per_second))
+  local per_second = tonumber(redis.call('HGET', pace, 'rate_admitted')) * 1000 / (ticks * tick_ms)
+  redis.call('HSET', pace, 'rate', string.format('%.3f', per_second))
 else
-  redis.call('HDEL', stats, 'rate')
+  redis.call('HDEL', pace, 'rate')
 end
 
 keep_alive()
-return {tick_number, admitted, tonumber(mark_text), waiting_count - admitted, now, 0, unpack(settings)}
+return answer(tick_number, admitted, waiting_count - admitted, 0)

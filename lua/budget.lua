@@ -2,11 +2,11 @@
 -- (the safety net admits a newcomer at once) and admit.lua (the pump's tick). Both count their admissions against
 -- one budget per tick, here and nowhere else, so that together they never pass the rate.
 -- tick_budget(key, idle_ttl_ms) gives {take, spent, settle} (below) over the hash `key`:
---   tick     start (ms, Redis time) of the tick `used` counts
---   used     admissions counted against that tick: the net's, and the pump's if it applied that tick
---   pumped   start (ms) of the last tick the pump applied
---   owed     the net's admissions in ticks after `pumped`: the pump's next tick admits that many fewer
---   allowed  users per tick the pump admits at while the shop's health holds it below the batch (originSlo)
+--   tick       start (ms, Redis time) of the tick `used` counts
+--   used       admissions counted against that tick: the net's, and the pump's if it applied that tick
+--   pumped     start (ms) of the last tick the pump applied
+--   unsettled  the net's admissions in ticks after `pumped`: the pump's next tick admits that many fewer
+--   allowed    users per tick the pump admits at while the shop's health holds it below the batch (originSlo)
 -- So over the ticks from one applied tick (exclusive) to the next (inclusive), the net and the pump admit at most
 -- batch x those ticks, and a tick the pump keeps up with admits at most batch, however they interleave.
 local function tick_budget(key, idle_ttl_ms)
@@ -21,7 +21,7 @@ local function tick_budget(key, idle_ttl_ms)
     redis.call('HSET', key, 'tick', tick, 'used', used + 1)
     -- Admitted after the pump applied this tick: its tick is settled already, the next one owes nothing for it.
     if not held[3] or tonumber(held[3]) < tick then
-      redis.call('HINCRBY', key, 'owed', 1)
+      redis.call('HINCRBY', key, 'unsettled', 1)
     end
     redis.call('PEXPIRE', key, idle_ttl_ms)
     return true
@@ -30,7 +30,7 @@ local function tick_budget(key, idle_ttl_ms)
   -- apply: its tick deducts that. Covering one tick, that tick's own; covering more, all since the last applied
   -- one (more than those ticks' own only when the catch-up cap left some out: the pump then admits less).
   local function spent(tick, covered)
-    local held = redis.call('HMGET', key, 'tick', 'used', 'owed')
+    local held = redis.call('HMGET', key, 'tick', 'used', 'unsettled')
     if covered == 1 then
       return tonumber(held[1]) == tick and tonumber(held[2]) or 0
     end
@@ -41,7 +41,7 @@ local function tick_budget(key, idle_ttl_ms)
   local function settle(tick, admitted, per_tick, batch)
     local held = redis.call('HMGET', key, 'tick', 'used')
     local used = tonumber(held[1]) == tick and tonumber(held[2]) or 0
-    redis.call('HSET', key, 'tick', tick, 'used', used + admitted, 'pumped', tick, 'owed', 0)
+    redis.call('HSET', key, 'tick', tick, 'used', used + admitted, 'pumped', tick, 'unsettled', 0)
     if per_tick < batch then
       redis.call('HSET', key, 'allowed', per_tick)
     else

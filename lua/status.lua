@@ -1,46 +1,50 @@
 -- status.lua: a waiting user's poll (also their heartbeat); admits them once the mark has passed their seq.
--- KEYS[1] waiting     zset: user id -> seq
+-- Admitting takes the grant and what the wait is recorded with: a caller passes them (KEYS[12..], ARGV[8..]) only
+-- when the poll may admit (chalicelib/queue.py), so that the common poll, a user still waiting, carries none of it.
+-- Without them, a poll that would admit answers DUE before admitting, and the caller asks again with them.
+-- KEYS[1] waiting     zset: user id -> seq (no user in it holds a token: admission moves them out)
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; left, evicted, waiting_user_ms (departures
---                     and the time they are a rate of); `rate`: admissions per second measured by the pump;
---                     `fence_lost_from`, `fence_lost_to`, `fence_until_ms`: the seqs the last failover may
---                     have lost, and until when an entry among them the mark passed is restored admitted;
---                     `fence_mark`, the mark the fence raised the node to, and `fence_owed`, the places restored
---                     admitted above it, which the pump's next ticks leave out (admit.lua); the ETA's
---                     accuracy: eta_samples, eta_inside, and `eta_error:<bucket>`, a histogram of etaSeconds'
---                     absolute error (buckets as the waits')
--- KEYS[6] waits       hash: wait-time histogram bucket -> users admitted with such a wait
+--                     and the time they are a rate of); the ETA's accuracy: eta_samples, eta_inside, and
+--                     `eta_error:<bucket>`, a histogram of etaSeconds' absolute error (buckets as the waits')
+-- KEYS[6] pace        hash: `rate`, admissions per second measured by the pump (admit.lua)
 -- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms, known_since_ms, sold_out, paused
 -- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
--- KEYS[9] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
--- KEYS[10] draw       hash: `first` and `last`, the lowest and highest arrival numbers the opening draw dealt anew
--- KEYS[11] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
+-- KEYS[9] draw        hash: `first` and `last`, the lowest and highest arrival numbers the opening draw dealt anew
+-- KEYS[10] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
+-- KEYS[11] fence      hash: the last failover fenced (admit.lua): `lost_from`, `lost_to`, the seqs it may have lost,
+--                     and `until_ms`, until when an entry among them the mark passed is restored admitted; `mark`,
+--                     the mark it raised the node to, and `overdraft`, the places restored admitted above it, which
+--                     the pump's next ticks leave out
+-- KEYS[12] waits      hash: wait-time histogram bucket -> users admitted with such a wait (admitting only)
+-- KEYS[13] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token (admitting only)
 -- ARGV[1] user_id           user id
 -- ARGV[2] now_ms            now (ms)
--- ARGV[3] grant             a fresh entry token's grant, stored (after the entry's number) only if this call admits
---                           the user
--- ARGV[4] grant_ttl_ms      its TTL (ms)
--- ARGV[5] grant_expires_ms  its expiry (epoch ms)
--- ARGV[6] wait_ms           the user's wait so far (ms)
--- ARGV[7] wait_bucket       its histogram bucket
--- ARGV[8] default_batch     default batch
--- ARGV[9] default_tick_ms   default tick length (ms)
--- ARGV[10] ticket_entry     the entry number on the caller's ticket
--- ARGV[11] idle_ttl_ms      idle TTL (ms)
--- ARGV[12] flag_version     the flag version the caller decided by ('*': whatever the target carries)
--- ARGV[13] queued           its decision (1 queue, 0 not)
--- ARGV[14] told_inside       whether the wait so far lies in the range the ticket's entry was first told (1|0; '':
---                            it was told none)
--- ARGV[15] told_error_bucket the histogram bucket of |wait - the etaSeconds it was first told|
+-- ARGV[3] default_batch     default batch
+-- ARGV[4] default_tick_ms   default tick length (ms)
+-- ARGV[5] ticket_entry      the entry number on the caller's ticket
+-- ARGV[6] flag_version      the flag version the caller decided by ('*': whatever the target carries)
+-- ARGV[7] queued            its decision (1 queue, 0 not)
+-- ARGV[8] grant             a fresh entry token's grant, stored (after the entry's number) if this call admits the
+--                           user (admitting only, as the rest)
+-- ARGV[9] grant_ttl_ms      its TTL (ms)
+-- ARGV[10] grant_expires_ms its expiry (epoch ms)
+-- ARGV[11] wait_ms          the user's wait so far (ms)
+-- ARGV[12] wait_bucket      its histogram bucket
+-- ARGV[13] told_inside      whether the wait so far lies in the range the ticket's entry was first told (1|0; '':
+--                           it was told none)
+-- ARGV[14] told_error_bucket the histogram bucket of |wait - the etaSeconds it was first told|
+-- ARGV[15] idle_ttl_ms      idle TTL (ms)
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
---   {'WAITING', seq, ahead, rate, paused, mark, batch, tick_ms, drawn, counters}  seq, users ahead, admissions
---     per second, paused (0|1), and what a container needs to reckon the line while Redis cannot be asked
---     (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and the highest number the
---     opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet settled); and the
---     counters the ETA's range comes from (chalicelib/eta.py): left, evicted, waiting_user_ms
+--   {'DUE'} (the mark has passed the user's seq, and the call brought no grant: ask again with one)
+--   {'WAITING', seq, ahead, rate, paused, mark, batch, tick_ms, drawn, left, evicted, waiting_user_ms}  seq, users
+--     ahead, admissions per second, paused (0|1), and what a container needs to reckon the line while Redis cannot
+--     be asked (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and the highest
+--     number the opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet
+--     settled); and the counters the ETA's range comes from (chalicelib/eta.py)
 --   {'PRE_QUEUE', arrival, opens_at_ms}  arrival seq, opens at (ms)
 --   {'NOT_IN_QUEUE'} (and the ticket restores nothing)
 --   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
@@ -48,9 +52,10 @@
 --   {'SOLD_OUT'} (the user's place, if any, is released: counted as `sold_out_released` in stats)
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version
-local waiting, heartbeat, mark, token, stats, waits, config, prequeue, active, draw, ended = unpack(KEYS)
-local user_id, now_ms, grant, grant_ttl_ms, grant_expires_ms, wait_ms, wait_bucket, default_batch, default_tick_ms,
-  ticket_entry, idle_ttl_ms, flag_version, queued, told_inside, told_error_bucket = unpack(ARGV)
+local waiting, heartbeat, mark, token, stats, pace, config, prequeue, draw, ended, fence, waits,
+  active = unpack(KEYS)
+local user_id, now_ms, default_batch, default_tick_ms, ticket_entry, flag_version, queued, grant, grant_ttl_ms,
+  grant_expires_ms, wait_ms, wait_bucket, told_inside, told_error_bucket, idle_ttl_ms = unpack(ARGV)
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
 -- The target's settings in one read, the switch's mark among them.
@@ -69,20 +74,24 @@ local function other_entry(number)
   if ticket == current then
     return false
   end
-  local drawn = redis.call('HMGET', draw, 'first', 'last')
-  local first, last = tonumber(drawn[1] or '0'), tonumber(drawn[2] or '0')
+  local first, last = unpack(redis.call('HMGET', draw, 'first', 'last'))
+  first, last = tonumber(first or '0'), tonumber(last or '0')
   return not (ticket >= first and ticket <= last and current >= first and current <= last)
 end
 
 if not known_since then
   return {'UNKNOWN_TARGET'}
 end
-local held = redis.call('GET', token)
-if held then
-  if other_entry(string.match(held, '^(%d+) ')) then
-    return {'OTHER_ENTRY'}
+-- A user in line holds no token (admission takes them out of it): only one who is not is looked up.
+local seq_text = redis.call('ZSCORE', waiting, user_id)
+if not seq_text then
+  local held = redis.call('GET', token)
+  if held then
+    if other_entry(string.match(held, '^(%d+) ')) then
+      return {'OTHER_ENTRY'}
+    end
+    return {'ADMITTED', held, 0}
   end
-  return {'ADMITTED', held, 0}
 end
 -- Sold out: tokens already issued stay valid (above); everyone else hears it at this poll and leaves the line.
 if sold_out == '1' then
@@ -94,9 +103,7 @@ if sold_out == '1' then
   return {'SOLD_OUT'}
 end
 
-local seq_text = redis.call('ZSCORE', waiting, user_id)
-local seq_number = tonumber(seq_text)
-if not seq_number then
+if not seq_text then
   local arrival = redis.call('ZSCORE', prequeue, user_id)
   if arrival and other_entry(arrival) then
     return {'OTHER_ENTRY'}
@@ -114,17 +121,18 @@ if not seq_number then
     return {'NOT_IN_QUEUE'}
   end
   if ticket <= tonumber(line_mark) then
-    local fence = redis.call('HMGET', stats, 'fence_lost_from', 'fence_lost_to', 'fence_until_ms')
-    if not (fence[1] and ticket > tonumber(fence[1]) and ticket <= tonumber(fence[2])
-        and tonumber(now_ms) < tonumber(fence[3])) then
+    local lost_from, lost_to, until_ms, fenced_mark = unpack(redis.call('HMGET', fence, 'lost_from', 'lost_to',
+      'until_ms', 'mark'))
+    if not (lost_from and ticket > tonumber(lost_from) and ticket <= tonumber(lost_to)
+        and tonumber(now_ms) < tonumber(until_ms)) then
       return {'NOT_IN_QUEUE'}
     end
     -- Admitted again once only: the record keeps a second poll of this ticket from a second turn.
     redis.call('ZADD', ended, ticket_entry, user_id)
     -- Above the mark the old primary had reached, the mark passed it here without its place, so no tick counted it:
     -- it takes one of the pump's next slots (admit.lua).
-    if ticket > tonumber(redis.call('HGET', stats, 'fence_mark') or '0') then
-      redis.call('HINCRBY', stats, 'fence_owed', 1)
+    if ticket > tonumber(fenced_mark or '0') then
+      redis.call('HINCRBY', fence, 'overdraft', 1)
     end
   end
   redis.call('HINCRBY', stats, 'restored', 1)
@@ -133,15 +141,18 @@ if not seq_number then
     return {'PRE_QUEUE', ticket_entry, opens_at}
   end
   redis.call('ZADD', waiting, ticket_entry, user_id)
-  seq_text, seq_number = ticket_entry, tonumber(ticket_entry)
+  seq_text = ticket_entry
 end
-if other_entry(seq_number) then
+-- The same text is the same number (Redis and Python spell a seq alike): the common poll compares no numbers.
+if seq_text ~= ticket_entry and other_entry(seq_text) then
   return {'OTHER_ENTRY'}
 end
 local mark_text = redis.call('GET', mark) or '0'
-local mark_number = tonumber(mark_text)
-if seq_number <= mark_number then
-  held = seq_text .. ' ' .. grant
+if tonumber(seq_text) <= tonumber(mark_text) then
+  if not grant then
+    return {'DUE'}
+  end
+  local held = seq_text .. ' ' .. grant
   redis.call('SET', token, held, 'PX', grant_ttl_ms)
   redis.call('ZREM', waiting, user_id)
   redis.call('ZREM', heartbeat, user_id)
@@ -164,8 +175,7 @@ redis.call('ZADD', heartbeat, now_ms, user_id)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
 -- The bounds as Redis spelt them: a Lua number turned back into text costs a printf.
 local ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
-local counters = redis.call('HMGET', stats, 'rate', 'left', 'evicted', 'waiting_user_ms')
-local rate = table.remove(counters, 1)
+local rate = redis.call('HGET', pace, 'rate')
   or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms))
 -- Numbers up to the draw's `last` were dealt anew: a ticket up to it does not tell its place in line.
 local draw_state, last, drawn_for = unpack(redis.call('HMGET', draw, 'state', 'last', 'opens_at_ms'))
@@ -175,5 +185,7 @@ if (opens_at and drawn_for ~= opens_at) or (draw_state and draw_state ~= 'done')
 elseif draw_state then
   drawn = last or '0'
 end
-return {'WAITING', seq_number, ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
-  tick_ms or default_tick_ms, drawn, counters}
+-- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
+local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'left', 'evicted', 'waiting_user_ms'))
+return {'WAITING', tonumber(seq_text), ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
+  tick_ms or default_tick_ms, drawn, left, evicted, waiting_user_ms}

@@ -325,7 +325,9 @@ def test_a_node_that_lost_everything_restores_no_admitted_place(make_room, clien
     wait_for_next_tick(client, tick_ms)
     pump.tick()  # admits users 1 and 2
     # An empty node (a restart without its data): only the operator's configuration is back.
-    client.delete(keys.waiting, keys.heartbeat, keys.seq, keys.mark, keys.tick, keys.stats, keys.admissions)
+    client.delete(
+        keys.waiting, keys.heartbeat, keys.seq, keys.mark, keys.tick, keys.stats, keys.admissions, keys.pace, keys.fence
+    )
     wait_for_next_tick(client, tick_ms)
     assert pump.tick().targets[DROP].fenced is not None
     # Nothing bounds what it lost: an admitted user's ticket is not admitted again; a waiting one's place comes back.

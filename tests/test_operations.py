@@ -351,7 +351,7 @@ def test_measured_rate_feeds_stats_and_eta_only_from_ticks_that_left_users_waiti
     assert measured == pytest.approx(40, rel=0.01)
 
     # The rate measured is what the ETA uses: fake a slower line and the ETA grows with it.
-    room.store.client.hset(room.store.keys(DROP).stats, "rate", "0.5")
+    room.store.client.hset(room.store.keys(DROP).pace, "rate", "0.5")
     last = room.status(DROP, "10", tickets[-1])
     assert (last.ahead_count, last.eta_seconds) == (1, 2)
 

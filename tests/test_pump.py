@@ -219,7 +219,7 @@ def test_the_pump_lock_is_released_and_extended_only_by_its_owner_and_taken_once
     assert first.acquire()
     assert not store.pump_lock(10_000).acquire()
 
-    client.pexpire(store.pump_lock_key, 1)  # the owner froze past its lease
+    client.pexpire(store.global_keys.pump_lock, 1)  # the owner froze past its lease
     time.sleep(0.01)
     second = store.pump_lock(10_000)
     assert second.acquire()
@@ -227,10 +227,10 @@ def test_the_pump_lock_is_released_and_extended_only_by_its_owner_and_taken_once
         first.extend(10, replace_ttl=True)
     with pytest.raises(LockNotOwnedError):
         first.release()
-    assert client.get(store.pump_lock_key) == second.local.token.decode()
+    assert client.get(store.global_keys.pump_lock) == second.local.token.decode()
     assert second.extend(10, replace_ttl=True)
     second.release()
-    assert client.get(store.pump_lock_key) is None
+    assert client.get(store.global_keys.pump_lock) is None
 
 
 def test_a_pump_whose_lock_lapsed_stands_aside_and_does_not_release_the_new_owners_lock(env, client, store):
@@ -240,16 +240,16 @@ def test_a_pump_whose_lock_lapsed_stands_aside_and_does_not_release_the_new_owne
     frozen, successor = Pump(store, settings), Pump(QueueStore(client, settings.key_prefix), settings)
     assert frozen.tick().held_lock
 
-    client.pexpire(store.pump_lock_key, 1)
+    client.pexpire(store.global_keys.pump_lock, 1)
     time.sleep(0.01)
     assert successor.tick().held_lock
-    token = client.get(store.pump_lock_key)
+    token = client.get(store.global_keys.pump_lock)
     assert frozen.run(ticks=1).ticks == 1  # lapsed: does no work, and its release leaves the lock alone
     assert not frozen.holding
-    assert client.get(store.pump_lock_key) == token
+    assert client.get(store.global_keys.pump_lock) == token
 
     successor.run(ticks=1)
-    assert client.get(store.pump_lock_key) is None
+    assert client.get(store.global_keys.pump_lock) is None
 
 
 def test_a_failing_target_does_not_stop_the_others_and_the_pump_never_raises(env, client, store):
@@ -391,7 +391,7 @@ def test_the_lambda_entry_point_runs_the_requested_ticks(env, api, client, store
     assert answer["ticks"] == 2
     assert answer["errors"] == 0
     assert answer["admitted"] == admitted_of(client, store, DROP) >= 6
-    assert client.get(store.pump_lock_key) is None
+    assert client.get(store.global_keys.pump_lock) is None
 
 
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -428,7 +428,7 @@ def test_a_scheduled_run_returns_at_once_while_no_target_is_registered_or_open(e
     run = Pump(store, runtime.settings(), sleep=sleep).run(remaining_ms=lambda: 60_000.0, until_idle=True)
 
     assert run == PumpRun(ticks=0, admitted=0, evicted=0, errors=0)
-    assert client.get(store.pump_lock_key) is None  # not even the lock was taken
+    assert client.get(store.global_keys.pump_lock) is None  # not even the lock was taken
     assert Pump(store, runtime.settings()).run(ticks=1, until_idle=True).ticks == 1  # asked for ticks: ticks
 
 
@@ -469,7 +469,7 @@ def test_the_pump_is_awake_from_shortly_before_an_opening_until_long_after_it(en
     assert store.pump_has_work(opening_ms - OPEN_LOOKAHEAD_MS)  # the run that starts before it ticks through it
     assert store.pump_has_work(opening_ms + OPEN_KEPT_MS)
     assert not store.pump_has_work(opening_ms + OPEN_KEPT_MS + 1)
-    assert 0 < opening_ms + OPEN_KEPT_MS - now_ms - client.pttl(store.open_key) < 10_000  # and the key expires
+    assert 0 < opening_ms + OPEN_KEPT_MS - now_ms - client.pttl(store.global_keys.open) < 10_000  # and the key expires
 
 
 def test_a_scheduled_run_stops_after_a_tick_that_found_nothing_on_sale(env, store):

@@ -268,7 +268,7 @@ def test_enter_registers_the_target_for_the_pump_once(room, client):
     room.enter(DROP, "1")
     room.enter(DROP, "2")
     room.enter(EVENT, "1")
-    assert set(client.zrange(room.store.targets_key, 0, -1)) == {"limited-drop:42", "ticketing-event:42"}
+    assert set(client.zrange(room.store.global_keys.targets, 0, -1)) == {"limited-drop:42", "ticketing-event:42"}
 
 
 def test_queue_keys_carry_the_idle_ttl(make_room, client):
@@ -283,10 +283,10 @@ def test_queue_keys_carry_the_idle_ttl(make_room, client):
 
 def test_a_lost_registration_is_made_again_by_a_later_enter(room, client):
     room.enter(DROP, "1")
-    client.delete(room.store.targets_key)  # e.g. lost in a failover, or a failed second round trip
+    client.delete(room.store.global_keys.targets)  # e.g. lost in a failover, or a failed second round trip
     client.delete(room.store.keys(DROP).registered)  # ...and its marker lapsed
     room.enter(DROP, "2")
-    assert client.zrange(room.store.targets_key, 0, -1) == [str(DROP)]
+    assert client.zrange(room.store.global_keys.targets, 0, -1) == [str(DROP)]
 
 
 def test_each_client_call_is_one_round_trip(room, client, monkeypatch):
@@ -320,3 +320,27 @@ class FakeClock:
 
     def __call__(self):
         return self.now
+
+
+def test_a_waiting_poll_draws_no_grant_and_one_the_mark_passed_unforeseen_admits_on_a_second_call(make_room, client):
+    room = make_room(VQ_BATCH_SIZE=1)
+    tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in range(1, 6)}
+    drawn = []
+    grant = room.signer.grant
+    room.signer.grant = lambda *args: drawn.append(args) or grant(*args)
+    calls = []
+    run = room.store._status.run
+    room.store._status.run = lambda keys, args: calls.append(len(args)) or run(keys, args)
+    # Four ahead at one a tick: these polls cannot admit, and carry nothing of admitting.
+    for _ in range(2):
+        assert room.status(DROP, "5", tickets[5]).status == "WAITING"
+    assert drawn == [] and calls == [7, 7]
+    # The mark passes user 5 where this container could not see it: Due, then the poll again with its grant.
+    admit_up_to(room, DROP, 5)
+    calls.clear()
+    assert room.status(DROP, "5", tickets[5]).status == "ADMITTED"
+    assert len(drawn) == 1 and calls == [7, 15]
+    # User 4 is behind a mark this container has seen: one call, with its grant.
+    calls.clear()
+    assert room.status(DROP, "4", tickets[4]).status == "ADMITTED"
+    assert calls == [15]

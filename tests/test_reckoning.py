@@ -125,3 +125,17 @@ def test_an_admission_redis_answered_moves_the_mark_seen():
     assert reckoner.turn(DROP, 25, T0).admitted
     reckoner.saw_admitted(DROP, 20)
     assert reckoner.turn(DROP, 30, T0).admitted and not reckoner.turn(DROP, 31, T0).admitted
+
+
+def test_a_poll_is_near_its_turn_within_a_tick_of_the_front_or_once_the_mark_passed_it():
+    # 2 a tick of 1 s: seq 15 with 4 ahead is due in 3 ticks, seq 12 with 1 ahead within this one.
+    reckoner = line(poll(15, 4, mark=10), poll(12, 1, mark=10))
+    assert reckoner.near_turn(DROP, 12, T0)
+    assert not reckoner.near_turn(DROP, 15, T0)
+    assert reckoner.near_turn(DROP, 15, T0 + 2.0)  # two ticks later: 4 can have gone, it is next
+    assert reckoner.near_turn(DROP, 9, T0)  # the mark passed it
+    # A line this container never saw, a seq it saw no poll of, a paused line: nothing foreseen.
+    assert not Reckoner().near_turn(DROP, 12, T0)
+    assert not reckoner.near_turn(DROP, 16, T0)
+    assert not reckoner.near_turn(DROP, 14, T0 + 3600)
+    assert not line(poll(12, 1, mark=10, paused=True)).near_turn(DROP, 12, T0)

@@ -44,7 +44,7 @@ def tick(room, client):
 
 
 def allowed(room, client):
-    return float(client.hget(room.store.keys(DROP).health, "batch"))
+    return float(client.hget(room.store.keys(DROP).health, "allowed"))
 
 
 # 250 purchases answered over the last 2.5 s: a shop completing 10 per 100 ms tick, the configured batch.
@@ -62,7 +62,7 @@ def running_at(room, client, batch, capacity=0, changed_at=0, cut_at=0):
     seen), by default its last change and cut long enough ago that every purchase noted counts."""
     client.hset(
         room.store.keys(DROP).health,
-        mapping={"batch": batch, "changed_at": changed_at, "capacity": capacity, "cut_at": cut_at},
+        mapping={"allowed": batch, "changed_at": changed_at, "capacity": capacity, "cut_at": cut_at},
     )
 
 
@@ -297,7 +297,7 @@ def test_past_the_headroom_but_within_the_objective_the_plateau_holds(room, clie
 def test_a_fractional_rate_carries_over_so_ticks_admit_it_on_average(room, client):
     room.configure(DROP, TargetConfig(slo_p95_ms=100))
     # Just cut: no purchases to judge, so the rate holds for a window.
-    client.hset(room.store.keys(DROP).health, mapping={"batch": 2.5, "changed_at": server_ms(client)})
+    client.hset(room.store.keys(DROP).health, mapping={"allowed": 2.5, "changed_at": server_ms(client)})
     results = [tick(room, client) for _ in range(5)]
     # Over the ticks after the first (a loaded machine may skip one: the next makes up for it), 2.5 a tick,
     # give or take the fraction carried at either end.
@@ -306,7 +306,7 @@ def test_a_fractional_rate_carries_over_so_ticks_admit_it_on_average(room, clien
 
 
 def test_without_an_origin_slo_the_configured_rate_applies(room, client):
-    client.hset(room.store.keys(DROP).health, mapping={"batch": 1, "changed_at": server_ms(client)})
+    client.hset(room.store.keys(DROP).health, mapping={"allowed": 1, "changed_at": server_ms(client)})
     note(room, client, latency_ms=5000, n=10)
     result = tick(room, client)
     assert result.per_tick == 10  # the configured batch (times any tick made up for) whatever the shop did

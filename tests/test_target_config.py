@@ -151,7 +151,7 @@ def test_a_configuration_change_takes_effect_on_the_next_tick_with_pumps_running
     for user in range(1, 2001):
         room.store.client.zadd(room.store.keys(DROP).waiting, {str(user): user})
     room.store.client.set(room.store.keys(DROP).seq, 2000)
-    room.store.client.zadd(room.store.targets_key, {str(DROP): 1})
+    room.store.client.zadd(room.store.global_keys.targets, {str(DROP): 1})
     stop = threading.Event()
 
     def pump():
