@@ -37,9 +37,10 @@ simulate: $(VENV)/.installed
 
 ## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey), then the reliability steps:
 ## Redis faults against servers the tests kill and restart, the store's tests on a 3-node Valkey cluster, and over
-## TLS. Every step runs whatever an earlier one did; a line per step and one of what was skipped, and why, close
-## the run, whose exit status is 1 if any step failed (tests/support/steps.py).
-TEST_STEPS := test-main test-faults test-cluster test-tls
+## TLS; then every benchmark with tiny sizes, so that one that no longer runs fails the build. Every step runs
+## whatever an earlier one did; a line per step and one of what was skipped, and why, close the run, whose exit
+## status is 1 if any step failed (tests/support/steps.py).
+TEST_STEPS := test-main test-faults test-cluster test-tls bench-quick
 test: $(VENV)/.installed
 	@$(BIN)/python tests/support/steps.py --make "$(MAKE)" $(TEST_STEPS)
 
@@ -83,10 +84,15 @@ test-cluster: $(VENV)/.installed
 test-tls: $(VENV)/.installed
 	$(BIN)/python -m pytest --redis-tls-cluster $(TLS_SUITE) $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
 
-## Measure the performance targets on an embedded Valkey: one table, also build/bench.json (a few minutes; needs redis-benchmark).
-.PHONY: bench
+## Measure the performance targets on an embedded Valkey: one table, also build/bench.json and the figures of
+## docs/benchmarks.md (a few minutes; needs redis-benchmark).
+.PHONY: bench bench-quick
 bench: $(VENV)/.installed
 	$(BIN)/python tests/perf/bench.py
+
+## Every benchmark with tiny sizes and one round (about a minute): shows they all still run; the figures mean nothing.
+bench-quick: $(VENV)/.installed
+	$(BIN)/python tests/perf/bench.py --quick
 
 ## The browser suites (Chromium); refreshes the README's screenshots in tests/screenshots/ (all views: build/browser/).
 .PHONY: screenshots

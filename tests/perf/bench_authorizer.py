@@ -72,9 +72,9 @@ class LambdaContext:
 
 def rates(
     calls: dict,
-    rounds: int = 9,
-    slices: int = 20,
-    seconds: float = 0.25,
+    rounds: int = benchlib.scaled(9, 2),
+    slices: int = benchlib.scaled(20, 2),
+    seconds: float = benchlib.scaled(0.25, 0.01),
 ) -> tuple[dict[str, list[float]], list[float]]:
     """Calls per CPU second of each of `calls`, per round. A round gives each measure about `seconds` of CPU in
     `slices` turns, the measures taking turns slice by slice: a slow spell of the shared machine then meets every

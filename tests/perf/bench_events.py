@@ -40,7 +40,7 @@ from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.shop_health import Purchase  # noqa: E402
 from chalicelib.store import Defaults, PumpRules, QueueStore  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
-from chalicelib.tokens import EntryGrant, EntryToken  # noqa: E402
+from chalicelib.tokens import EntryToken, GrantTerms  # noqa: E402
 
 DROP = Target("limited-drop", 1)
 DEFAULTS = Defaults(max_waiting=10_000_000, batch=100, tick_ms=1000, idle_ttl_ms=600_000, open_on_first_use=True)
@@ -62,11 +62,11 @@ class Accepting:
         return [True] * len(events)
 
 
-def fill(store: QueueStore, users: int, start: int = 1) -> None:
+def fill(store: QueueStore, users: int, start: int = 1) -> dict[int, int]:
+    """Users `start`... in line through enter.lua: their seqs (their tickets' entry numbers) by user."""
     now = int(time.time() * 1000)
-    grant = EntryGrant(int(time.time()) + 300, "t")
-    for user in range(start, start + users):
-        store.enter(DROP, str(user), now, grant, DEFAULTS)
+    terms = GrantTerms(int(time.time()) + 300, "0" * 64)
+    return {user: store.enter(DROP, str(user), now, terms, DEFAULTS).seq for user in range(start, start + users)}
 
 
 def admit_all(store: QueueStore, batch: int) -> None:
@@ -106,7 +106,7 @@ def counted_sends(client):
     return sends
 
 
-def client_costs(url: str, loads: list[float], calls: int = 1000) -> dict:
+def client_costs(url: str, loads: list[float], calls: int = benchlib.scaled(1000, 50)) -> dict:
     """Server usec per call and round trips per call, events off against on, 7 alternating rounds (their load
     average into `loads`)."""
     results: dict[str, dict[str, list[float]]] = {}
@@ -123,7 +123,7 @@ def client_round(url: str, mode: str, calls: int, results: dict[str, dict[str, l
     client = benchlib.patient_client(url)
     prefix = benchlib.bench_prefix()
     store = QueueStore(client, prefix, outbox_cap=CAP if mode == "on" else 0)
-    fill(store, calls)
+    seqs = fill(store, calls)
     sends = counted_sends(client)
 
     def measure(name, work):
@@ -140,7 +140,7 @@ def client_round(url: str, mode: str, calls: int, results: dict[str, dict[str, l
     expires = int(time.time()) + 300
     tokens = [EntryToken("x", DROP, user, expires, f"tok{user}") for user in range(1, calls + 1)]
     calls_of = {"leave": calls // 2, "purchase noted": calls, "token restored": calls, "tick admitting 100": 5}
-    measure("leave", lambda: [store.leave(DROP, str(u), u, now, 600_000) for u in range(1, calls // 2 + 1)])
+    measure("leave", lambda: [store.leave(DROP, str(u), seqs[u], now, 600_000) for u in range(1, calls // 2 + 1)])
     for t in tokens:
         store.consume(t, f"c{t.user_id}", now)
     measure(
@@ -152,7 +152,7 @@ def client_round(url: str, mode: str, calls: int, results: dict[str, dict[str, l
     benchlib.delete_prefix(client, prefix)
 
 
-def publish_rate(url: str, events: int = 20_000) -> dict:
+def publish_rate(url: str, events: int = benchlib.scaled(20_000, 500)) -> dict:
     """Events per second one publisher drains: to an accepting sink, and to moto's EventBridge."""
     import boto3
     from moto import mock_aws
@@ -181,12 +181,12 @@ def publish_rate(url: str, events: int = 20_000) -> dict:
     return out
 
 
-def delays(url: str, seconds: float = 12) -> dict:
+def delays(url: str, seconds: int = benchlib.scaled(12, 2)) -> dict:
     """Change-to-publication delay (ms) while the pump ticks every second and users leave at about 100/s."""
     client = benchlib.patient_client(url)
     prefix = benchlib.bench_prefix()
     store = QueueStore(client, prefix, outbox_cap=CAP)
-    fill(store, 5_000)
+    seqs = fill(store, benchlib.scaled(5_000, 300))
     settings = load_settings(
         {
             **os.environ,
@@ -202,15 +202,15 @@ def delays(url: str, seconds: float = 12) -> dict:
     stop = threading.Event()
 
     def leaving():
-        user = 5_000
-        while not stop.is_set():
-            store.leave(DROP, str(user), user, int(time.time() * 1000), 600_000)
+        user = len(seqs)
+        while not stop.is_set() and user > 0:
+            store.leave(DROP, str(user), seqs[user], int(time.time() * 1000), 600_000)
             user -= 1
             time.sleep(0.01)
 
     leaver = threading.Thread(target=leaving)
     leaver.start()
-    pump.run(ticks=int(seconds))
+    pump.run(ticks=seconds)
     stop.set()
     leaver.join()
     benchlib.delete_prefix(client, prefix)
@@ -225,7 +225,7 @@ def delays(url: str, seconds: float = 12) -> dict:
     return out
 
 
-def memory_per_1000(url: str, events: int = 10_000) -> float:
+def memory_per_1000(url: str, events: int = benchlib.scaled(10_000, 500)) -> float:
     client = benchlib.patient_client(url)
     prefix = benchlib.bench_prefix()
     store = QueueStore(client, prefix, outbox_cap=CAP)

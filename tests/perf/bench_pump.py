@@ -56,7 +56,7 @@ from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import Defaults, QueueStore  # noqa: E402
 from chalicelib.target_config import TargetConfig  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
-from chalicelib.tokens import EntryGrant, TokenSigner  # noqa: E402
+from chalicelib.tokens import GrantTerms, TokenSigner  # noqa: E402
 
 TARGET = Target("limited-drop", 1)
 NAIVE = Target("limited-drop", 2)
@@ -82,10 +82,12 @@ def settings_for(prefix: str, **values):
     return load_settings(env)
 
 
-def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
-    """`users` in line, as enter.lua leaves them; the first through the real enter, which registers the target."""
+def load_line(store: QueueStore, target: Target, users: int, settings) -> int:
+    """`users` in line, as enter.lua leaves them; the first through the real enter, which registers the target and
+    gives the first seq (the server clock in microseconds), the others the seqs after it. Answers the first seq:
+    user u's is first + u - 1."""
     now = int(time.time() * 1000)
-    grant = EntryGrant(now // 1000 + 300, "x" * 22)
+    terms = GrantTerms(now // 1000 + 300, "0" * 64)
     defaults = Defaults(
         settings.max_waiting,
         settings.batch_size,
@@ -93,15 +95,16 @@ def load_line(store: QueueStore, target: Target, users: int, settings) -> None:
         settings.queue_idle_ttl_s * 1000,
         open_on_first_use=True,
     )
-    store.enter(target, "1", now, grant, defaults)
+    first = store.enter(target, "1", now, terms, defaults).seq
     k = store.keys(target)
     for start in range(2, users + 1, 10_000):
         chunk = range(start, min(start + 10_000, users + 1))
         pipe = store.client.pipeline(transaction=False)
-        pipe.zadd(k.waiting, {str(u): u for u in chunk})
+        pipe.zadd(k.waiting, {str(u): first + u - 1 for u in chunk})
         pipe.zadd(k.heartbeat, {str(u): now for u in chunk})
         pipe.execute()
-    store.client.set(k.seq, users)
+    store.client.set(k.seq, first + users - 1)
+    return first
 
 
 def clean(client, prefix: str) -> None:
@@ -110,7 +113,7 @@ def clean(client, prefix: str) -> None:
         client.delete(*keys)
 
 
-def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
+def concurrent_pumps(url: str, mode: str, seconds: float = benchlib.scaled(6.0, 1.0)) -> dict:
     """8 pumps over one target for `seconds`: admissions per elapsed tick, and how many ticks each pump applied."""
     client = connect(url)
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
@@ -118,7 +121,7 @@ def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
         prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=50, VQ_PUMP_LEASE_TICKS=2, VQ_CATCHUP_TICKS=20, VQ_MAX_WAITING=1_000_000
     )
     store = QueueStore(client, prefix)
-    load_line(store, TARGET, 200_000, settings)
+    load_line(store, TARGET, benchlib.scaled(200_000, 5_000), settings)
     lease_s = settings.pump_lease_ticks * settings.tick_ms / 1000
     results: list[tuple[int, TargetTick]] = []
 
@@ -162,7 +165,8 @@ def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
 
     applied = sorted(r.applied_tick for _, r in results if r.applied_tick is not None)
     elapsed = applied[-1] - applied[0] + 1
-    mark = int(client.get(store.keys(TARGET).mark))
+    # Admitted users stay in line until they collect their token, which nobody does here.
+    admitted = client.zcount(store.keys(TARGET).waiting, "-inf", client.get(store.keys(TARGET).mark))
     clean(client, prefix)
     return {
         "mode": mode,
@@ -172,13 +176,13 @@ def concurrent_pumps(url: str, mode: str, seconds: float = 6.0) -> dict:
         "ticks_applied_twice": len(applied) - len(set(applied)),
         "duplicate_calls_refused": sum(1 for _, r in results if r.applied_tick is None),
         "pumps_that_applied_ticks": len({n for n, r in results if r.applied_tick is not None}),
-        "admitted": mark,
-        "admissions_per_tick": mark / elapsed,
-        "ratio_to_batch": mark / elapsed / settings.batch_size,
+        "admitted": admitted,
+        "admissions_per_tick": admitted / elapsed,
+        "ratio_to_batch": admitted / elapsed / settings.batch_size,
     }
 
 
-def net_and_pumps(url: str, seconds: float = 6.0) -> dict:
+def net_and_pumps(url: str, seconds: float = benchlib.scaled(6.0, 1.0)) -> dict:
     """8 pumps and 4 entering threads over one target with the safety net, demand swinging around the rate: a
     second and a half at about a tenth of it, half a second at about twice it. Admissions are read back from the
     target's UserAdmitted events (Redis time, seq, queued)."""
@@ -252,18 +256,17 @@ class _QueueOn:
         pass
 
 
-def abandonment(url: str, users: int = 20_000, ticks: int = 20) -> dict:
+def abandonment(url: str, users: int = benchlib.scaled(20_000, 2_000), ticks: int = benchlib.scaled(20, 4)) -> dict:
     """30 % of users leave before their turn; share of admissions (slots spent) that reached users still waiting."""
     client = connect(url)
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     settings = settings_for(prefix, VQ_TICK_MS=100, VQ_BATCH_SIZE=100, VQ_MAX_WAITING=1_000_000)
     store = QueueStore(client, prefix)
-    for target in (TARGET, NAIVE):
-        load_line(store, target, users, settings)
+    first = {target: load_line(store, target, users, settings) for target in (TARGET, NAIVE)}
     leavers = random.Random(7).sample(range(1, users + 1), int(users * 0.3))
     for target in (TARGET, NAIVE):
         for user in leavers:
-            store.leave(target, str(user), user, 0, 60_000)  # seq = user id (load_line)
+            store.leave(target, str(user), first[target] + user - 1, 0, 60_000)  # the ticket's seq (load_line)
     naive = client.register_script(NAIVE_ADMIT)
     rules = Pump(store, settings).rules
     dk, nk = store.keys(TARGET), store.keys(NAIVE)
@@ -306,13 +309,13 @@ def evalsha_stats(client) -> tuple[int, int]:
     return int(stats["calls"]), int(stats["usec"])
 
 
-def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
+def redis_time(url: str, users: int = benchlib.scaled(100_000, 2_000), repeats: int = benchlib.scaled(200, 5)) -> dict:
     """Server time per script call with `users` waiting (EVALSHA usec from INFO commandstats, before/after)."""
     client = connect(url)
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     settings = settings_for(prefix, VQ_TICK_MS=2000, VQ_BATCH_SIZE=100, VQ_MAX_WAITING=1_000_000)
     store = QueueStore(client, prefix)
-    load_line(store, TARGET, users, settings)
+    first = load_line(store, TARGET, users, settings)
     rules = Pump(store, settings).rules
     k = store.keys(TARGET)
     # One tick's evict and admit calls exactly as the store makes them (which also loads the scripts).
@@ -342,7 +345,7 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
     def rewind_tick():
         # The next call applies a fresh tick (a real admission of one batch) to the same line as before.
         client.decr(k.tick)
-        client.set(k.mark, 0)
+        client.set(k.mark, first - 1)
 
     def admit():
         admit_script.run(admit_keys, admit_args)
@@ -354,14 +357,14 @@ def redis_time(url: str, users: int = 100_000, repeats: int = 200) -> dict:
 
     def make_stale():
         # A mass departure: `max_evict` more users in line, who stopped polling two minutes ago.
-        first = users + next(stale_batches) * rules.max_evict
-        members = {str(u): u for u in range(first, first + rules.max_evict)}
+        lowest = users + next(stale_batches) * rules.max_evict
+        members = {str(u): first + u - 1 for u in range(lowest, lowest + rules.max_evict)}
         client.zadd(k.waiting, members)
         client.zadd(k.heartbeat, {m: int(time.time() * 1000) - 120_000 for m in members})
 
     admit_us, _ = measure(rewind_tick, admit, repeats)
     evict_us, _ = measure(lambda: None, evict, repeats)
-    evict_cap_us, _ = measure(make_stale, evict, 20)
+    evict_cap_us, _ = measure(make_stale, evict, benchlib.scaled(20, 2))
     tick_us, calls = measure(rewind_tick, lambda: store.admit_and_evict_all([TARGET], rules), repeats)
 
     started = time.perf_counter()
@@ -388,7 +391,7 @@ def command_usec(client) -> int:
     return sum(int(row["usec"]) for row in client.info("commandstats").values())
 
 
-def hundred_targets(url: str, targets: int = 100, users: int = 1_000) -> dict:
+def hundred_targets(url: str, targets: int = benchlib.scaled(100, 5), users: int = benchlib.scaled(1_000, 200)) -> dict:
     """One whole pump tick (lock, registry, one pipeline of evict and admit per target, gauges) over `targets`
     targets of `users` waiting each, one of them a mass departure (all its users stopped polling 2 minutes ago):
     Redis time (INFO commandstats, every command) and the pump process's time (CPU and wall), in at least 7

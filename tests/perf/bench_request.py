@@ -48,7 +48,8 @@ JWT_TARGET_RATIO = 1.2  # a status poll's handler CPU in jwt mode against header
 IDENTITY_MODES = ("header", "jwt", "jwt, no cache")
 JWT_USER = "auth0|65f1c0d2e4b0a1b2c3d4e5f6"
 SENTINEL = 900_000_000_001  # the new user whose enter is recorded, replaced by a fresh one per floor call
-SLICES, PER_SLICE = 20, 50  # per round, per measure
+SLICES, PER_SLICE = benchlib.scaled(20, 2), benchlib.scaled(50, 5)  # per round, per measure
+AHEAD = 150  # users in line ahead of the polling one: more than a tick admits (batch 100), so its poll cannot admit
 COMPONENTS = ("flag", "ticket and token", "logging and metrics", "JSON", "redis-py (CPU)")
 
 
@@ -304,8 +305,10 @@ def main() -> None:
                 answer = handler(event, context)
                 assert expected in answer["body"], answer
 
-            # User 2 waits in line and no pump runs, so every poll takes the waiting path (the common one).
-            app(api_event("POST", ENTRIES, target, headers(1)), context)
+            # User 2 waits in line behind more than a tick admits, and no pump runs, so every poll takes the waiting
+            # path (the common one) and draws no grant (chalicelib/queue.py).
+            for user in range(AHEAD):
+                app(api_event("POST", ENTRIES, target, headers(f"ahead-{user}")), context)
             first = app(api_event("POST", ENTRIES, target, headers(2)), context)
             ticket = json.loads(first["body"])["queueTicket"]
             status_event = api_event("GET", me, target, headers(2, ticket))

@@ -72,16 +72,18 @@ from chalicelib.store import QueueStore  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
 
-USERS = 100_000  # users in the line that status, leave and the memory figure work on
-SENTINEL = 900_000_000_001  # the user id recorded calls are made for, replaced by each benchmarked user
+USERS = benchlib.scaled(100_000, 2_000)  # users in the line that status, leave and the memory figure work on
+SENTINEL = 900_000_000_001  # the user number recorded calls are made for, replaced by each benchmarked user's
+# User ids of 36 characters, a UUID's length (a Cognito `sub`): this, then the user's number in 12 digits.
+ID_PREFIX = "9b2f6c1e-4a7d-4c3b-8e5f-"
 RAND = "__rand_int__"
 CONNECTIONS = 4
 PIPELINE = 32  # commands in flight per connection
-REQUESTS = 20_000  # per redis-benchmark run
-TICKS = 50  # per round
-# The design's targets: enter.lua no more than its commands pipelined; status.lua at most 1.5x them (one round
-# trip and an atomic poll are worth its call overhead).
-TARGET_X_NAIVE = {"enter": 1.0, "status": 1.5}
+REQUESTS = benchlib.scaled(20_000, 400)  # per redis-benchmark run
+TICKS = benchlib.scaled(50, 2)  # per round
+# The design's targets: enter.lua at most 1.2x its commands pipelined, status.lua at most 1.5x them (one round
+# trip and an atomic call are worth a script's overhead).
+TARGET_X_NAIVE = {"enter": 1.2, "status": 1.5}
 TARGET_BYTES_PER_USER = 250
 MONITOR_END = "bench-scripts-monitor-end"
 
@@ -133,6 +135,11 @@ def script_call(commands: list[tuple], placeholders: dict[str, str]) -> list[str
     for value, placeholder in placeholders.items():
         command = [arg.replace(value, placeholder) for arg in command]
     return command
+
+
+def user_id(user: int) -> str:
+    """User number `user`'s id: 36 characters, the number last, as redis-benchmark spells a `__rand_int__`."""
+    return f"{ID_PREFIX}{user:012d}"
 
 
 def for_user(command: list[str], user: int) -> list[str]:
@@ -246,7 +253,7 @@ class Bench:
         """The script call `call` makes, as the store sends it, for user `__rand_int__`."""
         with benchlib.recorded(self.client) as commands, contextlib.suppress(NotInQueue):
             call()
-        return script_call(commands, {str(SENTINEL): RAND, **(placeholders or {})})
+        return script_call(commands, {f"{SENTINEL:012d}": RAND, **(placeholders or {})})
 
     def one_entry_number(self, target: Target, number: int, users: int) -> None:
         """Users 0 .. users-1 in `target`'s line, all with entry number `number` (which orders them by id): then
@@ -254,7 +261,7 @@ class Bench:
         k = self.store.keys(target)
         now = int(time.time() * 1000)
         for start in range(0, users, 10_000):
-            members = [f"{user:012d}" for user in range(start, min(start + 10_000, users))]
+            members = [user_id(user) for user in range(start, min(start + 10_000, users))]
             pipe = self.client.pipeline(transaction=False)
             pipe.zadd(k.waiting, dict.fromkeys(members, number))
             pipe.zadd(k.heartbeat, dict.fromkeys(members, now))
@@ -289,8 +296,8 @@ class Bench:
     def memory_per_user(self) -> dict:
         """Bytes per waiting user with USERS in one target's line (MEMORY USAGE of its sorted sets)."""
         target = Target("ticketing-event", 77)
-        self.room.enter(target, str(SENTINEL - 1))
-        self.populate(self.recorded_call(lambda: self.room.enter(target, str(SENTINEL))), USERS)
+        self.room.enter(target, user_id(SENTINEL - 1))
+        self.populate(self.recorded_call(lambda: self.room.enter(target, user_id(SENTINEL))), USERS)
         k = self.store.keys(target)
         usage = {
             name: int(self.client.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0"))
@@ -302,7 +309,7 @@ class Bench:
             "server": benchlib.server_version(self.client),
             "allocator": memory.get("mem_allocator", "?"),
             "users": users,
-            "user_id_digits": 12,
+            "user_id_chars": len(user_id(0)),
             "bytes_per_user": sum(usage.values()) / users,
             "waiting_zset_bytes_per_user": usage["waiting"] / users,
             "heartbeat_zset_bytes_per_user": usage["heartbeat"] / users,
@@ -358,7 +365,7 @@ class Bench:
         calls, usec = (after - before for after, before in zip(self.command_stats()[name], stats, strict=True))
         return {"usec_per_call": usec / calls, "cpu_us_per_call": cpu / calls * 1e6}
 
-    def tick_usec(self, target: Target, users: int = 10_000) -> float:
+    def tick_usec(self, target: Target, users: int = benchlib.scaled(10_000, 500)) -> float:
         """Server usec of one target's tick (evict + admit, as the pump sends them) over a line of `users` who
         all polled just now: each tick a fresh one, admitting one batch."""
         rules = Pump(self.store, self.settings).rules
@@ -398,20 +405,21 @@ class Bench:
         room = self.room
         calls = {}
         for name in ("enter", "status"):
-            room.enter(targets[name], str(SENTINEL - 1))  # a registered target: an entry's common path
-        calls["enter"] = self.recorded_call(lambda: room.enter(targets["enter"], str(SENTINEL)))  # a newcomer
-        self.populate(self.recorded_call(lambda: room.enter(targets["status"], str(SENTINEL))), USERS)
+            room.enter(targets[name], user_id(SENTINEL - 1))  # a registered target: an entry's common path
+        calls["enter"] = self.recorded_call(lambda: room.enter(targets["enter"], user_id(SENTINEL)))  # a newcomer
+        self.populate(self.recorded_call(lambda: room.enter(targets["status"], user_id(SENTINEL))), USERS)
         # As during an opening burst, the pump has ticked: the line moves and its rate is measured.
         with contextlib.redirect_stdout(io.StringIO()):
             Pump(self.store, self.settings).run(ticks=1)
         # A poll and a departure, each with the ticket of its own entry, behind the users the tick admitted.
-        polling = room.enter(targets["status"], str(SENTINEL + 1)).queue_ticket
+        # A poll that cannot admit, the common one: it carries nothing of admitting (lua/status.lua).
+        polling = room.enter(targets["status"], user_id(SENTINEL + 1)).queue_ticket
         calls["status"] = self.recorded_call(
-            lambda: room.status(targets["status"], str(SENTINEL + 1), polling), {str(SENTINEL + 1): RAND}
+            lambda: room.status(targets["status"], user_id(SENTINEL + 1), polling), {f"{SENTINEL + 1:012d}": RAND}
         )
-        leaving = room.enter(targets["leave"], str(SENTINEL)).queue_ticket
-        calls["leave"] = self.recorded_call(lambda: room.leave(targets["leave"], str(SENTINEL), leaving))
-        token = self.signer.mint_entry_token(targets["enter"], str(SENTINEL), time.time(), 3600)
+        leaving = room.enter(targets["leave"], user_id(SENTINEL)).queue_ticket
+        calls["leave"] = self.recorded_call(lambda: room.leave(targets["leave"], user_id(SENTINEL), leaving))
+        token = self.signer.mint_entry_token(targets["enter"], user_id(SENTINEL), time.time(), 3600)
         calls["consume"] = self.recorded_call(lambda: self.buy(token), {token.token_id: RAND})
         for sha in {call[1] for call in calls.values()}:
             assert self.client.script_exists(sha)[0], "every recorded script is loaded"
@@ -504,7 +512,7 @@ def naive_parts(naive_commands: dict, name: str) -> list[str]:
     return [part for part in naive_commands if part.startswith(f"naive {name}:")]
 
 
-INSTRUCTION_CALLS = 2000  # per command, under callgrind (about 50 times slower)
+INSTRUCTION_CALLS = benchlib.scaled(2000, 20)  # per command, under callgrind (about 50 times slower)
 
 
 @contextlib.contextmanager
@@ -569,10 +577,31 @@ def counted_server() -> Iterator[tuple[redis.Redis, Callable[[Callable[[], None]
             server.wait()
 
 
+def floor_script(commands: list[list[str]], prefix: str) -> tuple[str, list[str], list[str]]:
+    """A script that runs `commands` (a naive pipeline's) and does nothing else: the keys they name passed as KEYS,
+    the arguments that name the user as ARGV, every other argument a literal of its text. What any script running
+    those commands costs at the least: its text, its KEYS and ARGV, and its keys, arguments and reply between Lua
+    and the server."""
+    keys: list[str] = []
+    argv: list[str] = []
+
+    def spelt(arg: str) -> str:
+        for listed, name in ((keys, "KEYS"), (argv, "ARGV")):
+            if (arg.startswith(prefix) if listed is keys else RAND in arg) and arg not in listed:
+                listed.append(arg)
+            if arg in listed:
+                return f"{name}[{listed.index(arg) + 1}]"
+        return "'" + arg.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    lines = [f"redis.call({', '.join(spelt(arg) for arg in command)})" for command in commands]
+    return "\n".join([*lines, "return 0"]) + "\n", keys, argv
+
+
 def instructions(origin: Origin) -> dict | None:
     """Server instructions per call of status and enter against their naive pipelines (the very commands, each
-    pipelined the same way), and of ZADD; None without valgrind. A figure that holds from run to run: it shows
-    what a change to a script costs the server on a machine too busy to time it."""
+    pipelined the same way) and against their floor (the same commands from a script that does nothing else:
+    `floor_script`), and of ZADD; None without valgrind. A figure that holds from run to run: it shows what a change
+    to a script costs the server on a machine too busy to time it."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         return None
     with counted_server() as (client, count):
@@ -581,8 +610,13 @@ def instructions(origin: Origin) -> dict | None:
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 scripts, naive_commands, _ = bench.calls()
-            per_call = {}
             counted = {name: scripts[name] for name in ("ZADD (baseline)", "enter", "status")}
+            for name in ("status", "enter"):
+                commands = [naive_commands[part][0] for part in naive_parts(naive_commands, name)]
+                text, keys, argv = floor_script(commands, bench.prefix)
+                floor = ["EVALSHA", client.script_load(text), str(len(keys)), *keys, *argv]
+                counted[f"floor {name}"] = (floor, scripts[name][1])
+            per_call = {}
             for name, (command, keyspace) in {**counted, **naive_commands}.items():
                 executed = count(
                     lambda command=command, keyspace=keyspace: bench.send(command, keyspace, INSTRUCTION_CALLS)
@@ -595,6 +629,8 @@ def instructions(origin: Origin) -> dict | None:
         naive = sum(per_call[part] for part in naive_parts(naive_commands, name))
         rows[f"naive {name}"] = {"instructions_per_call": round(naive)}
         rows[name]["x_naive"] = round(per_call[name] / naive, 2)
+        rows[name]["x_floor"] = round(per_call[name] / per_call[f"floor {name}"], 2)
+        rows[f"floor {name}"]["x_naive"] = round(per_call[f"floor {name}"] / naive, 2)
     for row in rows.values():
         row["x_zadd"] = round(row["instructions_per_call"] / per_call["ZADD (baseline)"], 1)
     return {"server": server, "calls_per_command": INSTRUCTION_CALLS, "calls": rows}
@@ -654,7 +690,8 @@ def main() -> None:
         )
         for name, row in counted["calls"].items():
             naive = f"{row['x_naive']:.2f}x naive pipeline" if "x_naive" in row else ""
-            print(f"  {name:<18}{row['instructions_per_call']:>10,}{row['x_zadd']:>8.1f}x ZADD  {naive}")
+            floor = f", {row['x_floor']:.2f}x its floor" if "x_floor" in row else ""
+            print(f"  {name:<18}{row['instructions_per_call']:>10,}{row['x_zadd']:>8.1f}x ZADD  {naive}{floor}")
     else:
         print("\n(no server instructions per call: needs valgrind)")
     print()

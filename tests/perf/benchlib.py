@@ -12,9 +12,16 @@ import statistics
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T", int, float)
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build"
+# `bench.py --quick` (BENCH_QUICK=1): every benchmark end to end with tiny sizes and one round, in about a minute,
+# so that `make test` fails when one no longer runs. Its figures mean nothing; they go to build/quick/.
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+OUT = BUILD / "quick" if QUICK else BUILD
 SECRET = "bench-secret-0123456789abcdefghijklmnopqrstuv"
 # What every benchmark process needs before it imports the app (it refuses to start without signing keys).
 BASE_ENV = {
@@ -97,7 +104,13 @@ def recorded(client) -> Iterator[list[tuple]]:
         del client.execute_command
 
 
-ROUNDS = 7  # at least this many alternating rounds per comparison
+FULL_ROUNDS, QUICK_ROUNDS = 7, 1
+ROUNDS = QUICK_ROUNDS if QUICK else FULL_ROUNDS  # at least this many alternating rounds per comparison
+
+
+def scaled(full: T, quick: T) -> T:
+    """`full`, or `quick` in a quick run."""
+    return quick if QUICK else full
 
 
 def load_average() -> float:
@@ -160,7 +173,7 @@ class LambdaContext:
 
 
 def write_json(name: str, data: dict) -> Path:
-    BUILD.mkdir(exist_ok=True)
-    out = BUILD / name
+    OUT.mkdir(parents=True, exist_ok=True)
+    out = OUT / name
     out.write_text(json.dumps(data, indent=2) + "\n")
     return out
