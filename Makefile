@@ -57,9 +57,9 @@ ifneq ($(PYTEST_ARGS),)
 NOTHING_SELECTED_OK := || [ $$? -eq 5 ]
 endif
 
-## The loop while changing code: the suite without the slow, fault and cluster tests (docs/testing.md).
+## The loop while changing code: the suite without the slow, fault, cluster and deployment tests (docs/testing.md).
 test-fast: $(VENV)/.installed
-	$(BIN)/python -m pytest -m "not slow and not faults and not cluster" $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
+	$(BIN)/python -m pytest -m "not slow and not faults and not cluster and not deploy" $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
 
 ## Static checks: ruff (lint and format) on all the Python, mypy on app.py, chalicelib/ (a typed package) and infra/vq/.
 lint: $(VENV)/.installed

@@ -56,6 +56,14 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_collection_modifyitems(items):
+    """Every test that needs the deployment built (the `deployment` fixture, directly or through `template` and
+    `resources`) is marked `deploy`: `make test-fast` leaves them out, so the inner loop builds no package."""
+    for item in items:
+        if "deployment" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.deploy)
+
+
 @pytest.fixture(scope="session")
 def cluster_mode(request):
     """Whether this run's Redis is a loopback cluster (`--redis-cluster`, `--redis-tls-cluster`)."""
@@ -215,8 +223,8 @@ def own_redis():
 
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory):
-    """The deployment `make package` builds (infra/package.py), built once per run: a folder with
-    merge-template.json, sam.json and deployment.zip."""
+    """The deployment `make package` builds (infra/package.py), built once per run (about a minute here): a folder
+    with merge-template.json, sam.json and deployment.zip. A test that uses it is marked `deploy`."""
     from infra.package import package
 
     out = tmp_path_factory.mktemp("deployment")
