@@ -10,20 +10,29 @@ from typing import TypeGuard
 from chalicelib.errors import InvalidArgument, UnknownTargetType
 
 _PATH_PARAMETER = re.compile(r"\{(\w+)\}")
+# As routes, key names (queue_keys.py) and the events' schema spell a type.
+_TYPE_NAME = re.compile(r"[a-z]+(-[a-z]+)*")
 
 
 @dataclass(frozen=True)
 class TargetType:
     """A kind of sale the queue guards. Everything that differs between kinds is here: the routes, the gate, the
-    downstreams, the token format, the pages and the OpenAPI spec derive from TARGET_TYPES or are tested
-    against it, so a new kind is one entry below."""
+    downstreams, the token format, the pages, the local stack and the load test derive from TARGET_TYPES, and the
+    OpenAPI spec and the events' schema are written from it (`python -m infra.target_types`), so a new kind is one
+    entry below (docs/architecture.md#target-types)."""
 
     name: str  # as the queue's routes spell it: /virtual-queues/{name}/{targetId}/...
     purchase_path: str  # the purchase route the gate guards, with the target id as its one parameter
     origin_variable: str  # the environment variable naming the downstream that serves `purchase_path`
     labels: Mapping[str, str]  # the waiting-room page's name of the kind, per language
+    # The purchase route's operationId and summary in infra/openapi.yaml (default: purchase<Name>, and a summary
+    # from the English label).
+    operation_id: str = ""
+    summary: str = ""
 
     def __post_init__(self) -> None:
+        if not _TYPE_NAME.fullmatch(self.name):
+            raise ValueError(f"{self.name!r}: a type's name is lower-case words joined by hyphens")
         if len(_PATH_PARAMETER.findall(self.purchase_path)) != 1:
             raise ValueError(f"{self.purchase_path} must have one parameter: the target id")
 
@@ -45,12 +54,16 @@ TARGET_TYPES: dict[str, TargetType] = {
             purchase_path="/limited-drops/{drop_id}/orders",
             origin_variable="VQ_ORIGIN_LIMITED_DROP_URL",
             labels={"en": "Limited drop", "ko": "한정판 발매"},
+            operation_id="orderLimitedDrop",
+            summary="Order from a limited drop; forwarded once per entry token to the limited-drop downstream.",
         ),
         TargetType(
             name="ticketing-event",
             purchase_path="/events/{event_id}/seats/select",
             origin_variable="VQ_ORIGIN_TICKETING_URL",
             labels={"en": "Ticketed event", "ko": "티켓 예매"},
+            operation_id="selectSeats",
+            summary="Select seats of a ticketing event; forwarded once per entry token to the ticketing downstream.",
         ),
     )
 }

@@ -125,7 +125,7 @@ def test_the_purchase_routes_declare_the_entry_token_as_their_security_scheme():
     document = spec()
     scheme = document["components"]["securitySchemes"]["entryToken"]
     assert (scheme["type"], scheme["in"], scheme["name"]) == ("apiKey", "header", "X-Entry-Token")
-    for path in ("/limited-drops/{drop_id}/orders", "/events/{event_id}/seats/select"):
+    for path in (kind.purchase_path for kind in TARGET_TYPES.values()):
         # Header mode: the token alone (X-User-Id names the caller); jwt mode: the token and the bearer JWT.
         assert document["paths"][path]["post"]["security"] == [{"entryToken": []}, {"entryToken": [], "shopperJwt": []}]
     jwt = document["components"]["securitySchemes"]["shopperJwt"]

@@ -1,23 +1,38 @@
 """The target types are declared once (chalicelib/targets.py's TARGET_TYPES): the routes, the gate, the downstreams,
-the token format, the pages and the demo shop derive from it, and the contracts that live outside the code (the
-OpenAPI spec, the event schema, the deployment template) are checked against it. Adding a type is one entry."""
+the token format, the pages, the demo shop, the local stack and the load test derive from it; the contracts that
+live outside the code (the OpenAPI spec, the event schema) are written from it (infra/target_types.py), and the
+deployment template is checked against it. Adding a type is one entry, as a copy of the contracts shows."""
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 from chalice import CustomAuthorizer
+from openapi_spec_validator import validate
 
 from chalicelib import gate, page
 from chalicelib.config import Keyring
-from chalicelib.targets import TARGET_TYPES, Target
+from chalicelib.targets import TARGET_TYPES, Target, TargetType
 from chalicelib.tokens import TokenSigner
+from infra import target_types
 from tests.conftest import TEST_KEYS
+from tests.support.openapi_lint import lint
 
 ROOT = Path(__file__).resolve().parent.parent
+GIFT_CARD = TargetType(
+    name="gift-card",
+    purchase_path="/gift-cards/{card_id}/redeem",
+    origin_variable="VQ_ORIGIN_GIFT_CARD_URL",
+    labels={"en": "Gift card", "ko": "기프트 카드"},
+)
 
 
 def test_each_type_has_one_guarded_purchase_route_and_no_other_route_is_guarded():
@@ -52,17 +67,106 @@ def test_every_type_has_a_name_in_every_language_of_the_page():
     assert all(set(kind.labels) == set(page.LANGUAGES) for kind in TARGET_TYPES.values())
 
 
-def test_the_openapi_spec_names_every_type_and_its_purchase_route():
-    spec = yaml.safe_load((ROOT / "infra" / "openapi.yaml").read_text())
-    assert spec["components"]["parameters"]["QueueType"]["schema"]["enum"] == list(TARGET_TYPES)
-    for kind in TARGET_TYPES.values():
-        assert "post" in spec["paths"][kind.purchase_path]
-        assert [p["name"] for p in spec["paths"][kind.purchase_path]["parameters"]] == [kind.id_parameter]
+def openapi_problems(text: str, types: Mapping[str, TargetType]) -> list[str]:
+    """How the OpenAPI spec `text` fails `types`: a type it does not name, a purchase route it lacks; and as a
+    spec, whether it is valid and lints clean."""
+    spec = yaml.safe_load(text)
+    enums = type_enums(spec)
+    problems = [f"{place} names {listed}" for place, listed in enums if listed != list(types)]
+    if len(enums) < 2:
+        problems.append(f"the spec names the types in {len(enums)} enums, not in the queue type's and the list's")
+    for kind in types.values():
+        route = spec["paths"].get(kind.purchase_path, {})
+        if "post" not in route or [p["name"] for p in route["parameters"]] != [kind.id_parameter]:
+            problems.append(f"no purchase route {kind.purchase_path} with its parameter {kind.id_parameter}")
+    validate(spec)
+    return problems + lint(spec)
 
 
-def test_the_event_schema_names_every_type():
-    schema = json.loads((ROOT / "infra" / "events.schema.json").read_text())
-    assert schema["$defs"]["target"]["properties"]["type"]["enum"] == list(TARGET_TYPES)
+def type_enums(node: object, place: str = "spec") -> list[tuple[str, list]]:
+    """Every enum of target types in the spec (an enum naming a type), by where it is."""
+    if isinstance(node, list):
+        return [found for i, item in enumerate(node) for found in type_enums(item, f"{place}[{i}]")]
+    if not isinstance(node, dict):
+        return []
+    enum = node.get("enum")
+    own = [(place, enum)] if isinstance(enum, list) and set(enum) & {"limited-drop", "ticketing-event"} else []
+    return own + [found for key, value in node.items() for found in type_enums(value, f"{place}.{key}")]
+
+
+def schema_problems(text: str, types: Mapping[str, TargetType]) -> list[str]:
+    """How the events' schema `text` fails `types`: a target type it does not take, an event id it refuses."""
+    schema = json.loads(text)
+    problems = []
+    if schema["$defs"]["target"]["properties"]["type"]["enum"] != list(types):
+        problems.append("the schema's target types are not the registry's")
+    for name in types:
+        if not re.fullmatch(schema["$defs"]["eventId"]["pattern"], f"{name}:7/1700000000000-0"):
+            problems.append(f"the schema refuses an event id of a {name}")
+    return problems
+
+
+def test_the_openapi_spec_names_every_type_and_its_purchase_route_as_written_from_the_registry():
+    text = target_types.OPENAPI.read_text()
+    assert text == target_types.openapi(text, TARGET_TYPES), "run: .venv/bin/python -m infra.target_types"
+    assert openapi_problems(text, TARGET_TYPES) == []
+
+
+def test_the_event_schema_names_every_type_as_written_from_the_registry():
+    text = target_types.EVENTS_SCHEMA.read_text()
+    assert text == target_types.events_schema(text, TARGET_TYPES), "run: .venv/bin/python -m infra.target_types"
+    assert schema_problems(text, TARGET_TYPES) == []
+    jsonschema.Draft202012Validator.check_schema(json.loads(text))
+
+
+def test_a_third_type_added_in_one_place_reaches_the_contracts_the_stack_and_the_load_test(tmp_path, monkeypatch):
+    # The type checks fail on the contracts as they are, until the generator writes them (in a copy here).
+    monkeypatch.setitem(TARGET_TYPES, GIFT_CARD.name, GIFT_CARD)
+    spec, schema = tmp_path / "openapi.yaml", tmp_path / "events.schema.json"
+    shutil.copy(target_types.OPENAPI, spec)
+    shutil.copy(target_types.EVENTS_SCHEMA, schema)
+    assert openapi_problems(spec.read_text(), TARGET_TYPES) and schema_problems(schema.read_text(), TARGET_TYPES)
+    target_types.write(TARGET_TYPES, spec, schema)
+    assert openapi_problems(spec.read_text(), TARGET_TYPES) == []
+    assert schema_problems(schema.read_text(), TARGET_TYPES) == []
+    # The local stack gives every type the demo shop; it names no type's downstream itself.
+    stack = (ROOT / "infra" / "local" / "stack.py").read_text()
+    assert not [kind.origin_variable for kind in TARGET_TYPES.values() if kind.origin_variable in stack]
+    # The load test buys at the type's purchase route (Locust is not a dependency: a stand-in, as imported).
+    load_test = subprocess.run(
+        [sys.executable, "-c", LOAD_TEST],
+        cwd=tmp_path,
+        env={**os.environ, "VQ_LOAD_TARGET": "gift-card:7"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert load_test.returncode == 0, load_test.stderr[-2000:]
+    assert load_test.stdout.split() == ["/virtual-queues/gift-card/7/entries", "/gift-cards/7/redeem"]
+
+
+# infra/sim/locustfile.py imported with the type added and a stand-in for `locust`.
+LOAD_TEST = f"""
+import runpy, sys, types
+sys.path.insert(0, {str(ROOT)!r})
+from chalicelib import targets
+targets.TARGET_TYPES["gift-card"] = targets.TargetType(
+    name="gift-card", purchase_path="/gift-cards/{{card_id}}/redeem", origin_variable="VQ_ORIGIN_GIFT_CARD_URL",
+    labels={{"en": "Gift card", "ko": "gift card"}},
+)
+locust = types.ModuleType("locust")
+locust.HttpUser, locust.task = object, lambda function: function
+locust.events = types.SimpleNamespace(test_stop=types.SimpleNamespace(add_listener=lambda function: function))
+sys.modules["locust"] = locust
+loaded = runpy.run_path({str(ROOT / "infra" / "sim" / "locustfile.py")!r})
+print(loaded["ENTRIES"], loaded["PURCHASE"])
+"""
+
+
+@pytest.mark.parametrize("name", ["Gift-Card", "gift_card", "gift--card", "-gift", "gift card"])
+def test_a_type_is_named_in_lower_case_words_and_hyphens(name):
+    with pytest.raises(ValueError, match="lower-case"):
+        TargetType(name=name, purchase_path="/x/{x_id}", origin_variable="VQ_X", labels={})
 
 
 def test_the_deployed_api_gets_a_downstream_for_every_type():

@@ -47,6 +47,7 @@ from chalicelib.events import FileSink, Publisher  # noqa: E402
 from chalicelib.pump import Pump  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.store import QueueStore  # noqa: E402
+from chalicelib.targets import TARGET_TYPES  # noqa: E402
 from infra.local.demo_shop import DemoShop, ShopProcess  # noqa: E402
 from infra.local.dev_login import DevLogin  # noqa: E402
 from infra.local.edge_cache import EdgeCache  # noqa: E402
@@ -149,7 +150,7 @@ class LocalStack:
         else:
             login = self.login.token if self.login else None
             self.shop = DemoShop(self.stock, self.shop_port, login=login, **self.shop_options).start()
-        env["VQ_ORIGIN_LIMITED_DROP_URL"] = env["VQ_ORIGIN_TICKETING_URL"] = self.shop.url
+        env.update(dict.fromkeys((kind.origin_variable for kind in TARGET_TYPES.values()), self.shop.url))
         if self.login is not None:
             env.update(self.login.env(login_url=self.shop.url + "/login?return={return}"))
         try:

@@ -29,17 +29,18 @@ Against `make run`: `--host http://127.0.0.1:8000`.
 import itertools
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
 from locust import HttpUser, events, task
 
-TARGET_TYPE, TARGET_ID = os.environ.get("VQ_LOAD_TARGET", "limited-drop:1").split(":")
-ENTRIES = f"/virtual-queues/{TARGET_TYPE}/{TARGET_ID}/entries"
-PURCHASE = {
-    "limited-drop": f"/limited-drops/{TARGET_ID}/orders",
-    "ticketing-event": f"/events/{TARGET_ID}/seats/select",
-}[TARGET_TYPE]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: Locust runs this file on its own
+from chalicelib.targets import TARGET_TYPES, parse_target  # noqa: E402
+
+TARGET = parse_target(*os.environ.get("VQ_LOAD_TARGET", "limited-drop:1").split(":"))
+ENTRIES = f"/virtual-queues/{TARGET.type}/{TARGET.id}/entries"
+PURCHASE = TARGET_TYPES[TARGET.type].purchase_path_of(TARGET.id)
 _user_ids = itertools.count(int(os.environ.get("VQ_LOAD_FIRST_USER") or random.randrange(1, 10**12)))
 SHOP_REFUSALS = {"SOLD_OUT": "sold out", "ALREADY_ORDERED": "already ordered"}
 SOLD_OUT_PAUSE_S = 5.0
