@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import re
 import shutil
@@ -616,12 +617,15 @@ def instructions(origin: Origin) -> dict | None:
                 text, keys, argv = floor_script(commands, bench.prefix)
                 floor = ["EVALSHA", client.script_load(text), str(len(keys)), *keys, *argv]
                 counted[f"floor {name}"] = (floor, scripts[name][1])
-            per_call = {}
-            for name, (command, keyspace) in {**counted, **naive_commands}.items():
-                executed = count(
-                    lambda command=command, keyspace=keyspace: bench.send(command, keyspace, INSTRUCTION_CALLS)
-                )
-                per_call[name] = executed / INSTRUCTION_CALLS
+            # The lower of two passes: a pass can also count the server's own occasional work (a resize, its
+            # cron), which once put 40,000 instructions a call on enter's naive pipeline.
+            per_call: dict[str, float] = {}
+            for _ in range(2):
+                for name, (command, keyspace) in {**counted, **naive_commands}.items():
+                    executed = count(
+                        lambda command=command, keyspace=keyspace: bench.send(command, keyspace, INSTRUCTION_CALLS)
+                    )
+                    per_call[name] = min(per_call.get(name, math.inf), executed / INSTRUCTION_CALLS)
         finally:
             benchlib.delete_prefix(client, bench.prefix)
     rows = {name: {"instructions_per_call": round(per_call[name])} for name in counted}
