@@ -125,6 +125,7 @@ def test_a_no_store_answer_on_a_cached_route_reaches_the_origin_every_time(edge_
     assert counts["origin"] == 20 and counts["edge"] == 0
 
 
+@pytest.mark.slow
 def test_an_origin_answering_503_is_answered_from_the_stale_copy(edge_cache, origin):
     edge = edge_cache(origin.url, cached_paths=CACHED)
     status, fresh = call(f"{edge.url}/public")

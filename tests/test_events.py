@@ -240,6 +240,7 @@ def test_eventbridge_failing_loses_nothing_until_the_cap(env, aws, client, prefi
     assert client.hget(store.keys(DROP).stats, "events_dropped") in (None, "0")
 
 
+@pytest.mark.slow
 def test_a_burst_of_5000_admissions_leaves_in_full_rounds_back_to_back(env, aws, client):
     # How fast is tests/perf/bench_events.py's to measure; here, that a burst takes the fewest rounds, each read full
     # and saying so (`more`, on which PublisherLoop goes again at once instead of waiting), and none is dropped.

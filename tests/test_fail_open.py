@@ -221,6 +221,7 @@ def test_fail_closed_reckons_nothing(make_room, own_redis):
         room.status(DROP, "1", ticket)
 
 
+@pytest.mark.slow
 def test_the_breaker_lets_nobody_in_directly_once_a_probe_finds_redis_again(make_room, own_redis):
     room = make_room(REDIS_URL=own_redis.url)  # the default breaker: 3 failures, 1 s cool-down
     room.enter(DROP, "0")

@@ -139,6 +139,7 @@ def opening(room, client, users):
     return tickets
 
 
+@pytest.mark.slow
 def test_a_ticket_of_an_earlier_opening_serves_no_new_entry(make_room, client):
     room = make_room(VQ_BATCH_SIZE=1)
     first = opening(room, client, (1, 2))
@@ -151,6 +152,7 @@ def test_a_ticket_of_an_earlier_opening_serves_no_new_entry(make_room, client):
     assert room.status(DROP, "1", second[1]).status in ("WAITING", "ADMITTED")
 
 
+@pytest.mark.slow
 def test_a_drawn_ticket_restores_nothing_the_draw_dealt_anew(make_room, client):
     room = make_room(VQ_BATCH_SIZE=1)
     tickets = opening(room, client, range(1, 6))

@@ -347,6 +347,7 @@ def test_an_unknown_kid_fetches_the_keys_again_at_most_once_a_minute(jwks_server
     assert jwks_server.fetches == 3
 
 
+@pytest.mark.slow
 def test_keys_that_cannot_be_fetched_answer_503_with_retry_after_not_401(env, api, jwks_server, hung_endpoint):
     jwks_server.failing = True
     env(**jwts.jwt_env(VQ_JWKS="", VQ_JWKS_URL=jwks_server.url))

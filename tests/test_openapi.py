@@ -352,6 +352,7 @@ def report_requests():
         print(f"\nschemathesis: {sum(REQUESTS.values())} requests, by status {dict(sorted(REQUESTS.items()))}")
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
 @pytest.mark.filterwarnings("ignore:IAMAuthorizer is not a supported in local mode")

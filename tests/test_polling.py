@@ -86,6 +86,7 @@ def test_waiting_answers_of_enter_and_status_carry_the_advice(make_room):
     assert middle["etaSeconds"] == 19 and 7_125 <= middle["pollAfterMs"] <= 9_500
 
 
+@pytest.mark.slow
 def test_pre_queue_answers_carry_the_advice_and_admitted_ones_none(make_room):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
     opens_in_ms = 4000

@@ -57,6 +57,7 @@ def only(report, target=DROP) -> TargetTick:
     return result
 
 
+@pytest.mark.slow
 def test_eight_pumps_with_freezes_admit_exactly_batch_per_elapsed_tick_and_apply_no_tick_twice(
     env,
     connect_redis,

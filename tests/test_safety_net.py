@@ -129,6 +129,7 @@ def test_a_burst_above_the_rate_is_admitted_at_the_rate_in_order_with_the_excess
     assert [seq for _, seq, _ in admissions(client, room)] == seqs == sorted(seqs)
 
 
+@pytest.mark.slow
 def test_a_user_waiting_is_never_passed_by_a_later_enter(env, client):
     room = net_room(env, batch=1, tick_ms=1000)
     clear_of_tick_end(client, 1000, 700)
@@ -174,6 +175,7 @@ def test_max_active_pause_and_sold_out_still_hold(env, client):
     assert room.stats(DROP)["passedThroughCount"] == 3
 
 
+@pytest.mark.slow
 def test_a_scheduled_opening_draws_the_pre_queue_and_the_net_applies_once_the_line_drained(env, client):
     opens_at = int(time.time() * 1000) + 60_000
     room = net_room(env, batch=2, tick_ms=1000, opens_at_ms=opens_at)
@@ -205,6 +207,7 @@ def test_switching_the_net_off_goes_back_to_the_line(env, client):
     assert pump(room).admitted <= 4
 
 
+@pytest.mark.slow
 def test_enters_and_eight_pumps_never_admit_more_than_batch_per_tick_elapsed_nor_out_of_order(
     env, connect_redis, client
 ):

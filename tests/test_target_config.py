@@ -245,6 +245,7 @@ def test_the_draw_is_checkable_from_its_seed():
     assert [user for user, _ in order] == by_hmac
 
 
+@pytest.mark.slow
 def test_pre_queue_opens_in_a_fair_draw_ahead_of_everyone_after_opening(make_room, client):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
     opens_at = time.time() + 3.0  # room for the entries below on a slow machine
@@ -288,6 +289,7 @@ def commitment_of(seed):
     return hashlib.sha256(seed.encode("utf-8")).hexdigest()
 
 
+@pytest.mark.slow
 def test_the_opening_seed_is_committed_when_configured_and_revealed_by_the_draw(make_room, api, client):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=5)
     assert put(api, {"opensAt": iso(time.time() + 3600)}).status_code == 200
@@ -378,6 +380,7 @@ def live_active(room):
     return room.stats(DROP)["activeCount"]
 
 
+@pytest.mark.slow
 def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_expire(make_room):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=10, VQ_TOKEN_TTL_S=3)
     room.configure(DROP, TargetConfig(max_active=5))
@@ -404,6 +407,7 @@ def test_max_active_caps_live_admitted_users_and_refills_as_tokens_are_used_or_e
     assert live_active(room) <= 5
 
 
+@pytest.mark.slow
 def test_max_active_holds_under_concurrent_pumps(make_room):
     room = make_room(VQ_TICK_MS=100, VQ_BATCH_SIZE=20)
     room.configure(DROP, TargetConfig(max_active=15))
