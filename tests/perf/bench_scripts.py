@@ -14,18 +14,21 @@ Measures, in one run:
   - the naive baseline of status and enter: the very reads and writes the script runs (recorded with MONITOR
     from the real script call, so it follows every change of the script), sent as separate commands, pipelined
     the same way. Its cost per call is the sum of its commands' costs.
-  - server instructions per call of status and enter against their naive pipelines, and of ZADD, on an embedded
-    Valkey of its own under valgrind's callgrind (when valgrind is installed): counted, not timed, so the same
-    in every run (within 1 %) however busy the machine; user space only, the kernel's part of each read and
-    reply is not in it (BENCH_COUNTED_SERVER=/usr/bin/redis-server counts on that server binary instead);
-  - memory per waiting user with 100,000 users in one target (MEMORY USAGE of the line's sorted sets), on this
-    server (an embedded Valkey is built with libc malloc) and on the server REDIS_URL names, if any: as deployed
-    (ElastiCache), the machine's Redis 7 is built with jemalloc, and that figure is the deployment's.
+  - server instructions per call of status and enter against their naive pipelines and against their floor (the
+    same commands from a script that does nothing else), and of ZADD, on an embedded Valkey of its own under
+    valgrind's callgrind (when valgrind is installed): counted, not timed, so the same in every run however busy
+    the machine (the lower of two passes: a pass can also count the server's own occasional work); user space
+    only, the kernel's part of each read and reply is not in it (BENCH_COUNTED_SERVER=/usr/bin/redis-server
+    counts on that server binary instead);
+  - memory per waiting user with 100,000 users of 36-character ids in one target (MEMORY USAGE of the line's
+    sorted sets), on this server (an embedded Valkey is built with libc malloc) and on the server REDIS_URL names,
+    if any: as deployed (ElastiCache), the machine's Redis 7 is built with jemalloc, and that figure is the
+    deployment's.
 Every script call is recorded from the code as the store sends it (keys and arguments), never spelt out here;
 redis-benchmark then puts `__rand_int__` where the user id (and a token id) was. Each `__rand_int__` is drawn
 on its own, so a script's per-user token key names another random user than its user argument: the same work.
 Prints a table and writes build/bench_scripts.json. Targets: one round trip per client call; status and enter
-cost no more server CPU than their naive pipeline; at most 250 bytes per waiting user on the jemalloc server.
+cost at most 1.4x their floor (counted); at most 250 bytes per waiting user on the jemalloc server.
 """
 
 from __future__ import annotations
@@ -82,11 +85,9 @@ CONNECTIONS = 4
 PIPELINE = 32  # commands in flight per connection
 REQUESTS = benchlib.scaled(20_000, 400)  # per redis-benchmark run
 TICKS = benchlib.scaled(50, 2)  # per round
-# The design's targets: enter.lua at most 1.2x its commands pipelined, status.lua at most 1.5x them (one round
-# trip and an atomic call are worth a script's overhead).
-TARGET_X_NAIVE = {"enter": 1.2, "status": 1.5}
 # Counted: what a script's own logic, arguments and answer may cost over its floor, the same commands from a script
-# that does nothing else (docs/benchmarks.md: the budgets, decided).
+# that does nothing else. (The design's 1.2x and 1.5x its commands pipelined are below that floor on Valkey 9:
+# docs/benchmarks.md, the budgets, decided.)
 TARGET_X_FLOOR = {"enter": 1.4, "status": 1.4}
 TARGET_BYTES_PER_USER = 250
 MONITOR_END = "bench-scripts-monitor-end"
@@ -496,7 +497,6 @@ class Bench:
             script_cpu = per_round(name, "cpu_us_per_call")
             rows[name]["x_naive"] = benchlib.ratios(script_cpu, cpu)
             rows[name]["x_naive_usec"] = benchlib.ratios(per_round(name, "usec_per_call"), usec)
-            rows[name]["verdict"] = benchlib.verdict(rows[name]["x_naive"], TARGET_X_NAIVE[name])
         return {
             "connections": CONNECTIONS,
             "pipeline": PIPELINE,
@@ -504,7 +504,6 @@ class Bench:
             "rounds": benchlib.ROUNDS,
             "load_average": benchlib.loads(loads),
             "client_pinned_to": sorted(client_cpus) if client_cpus else None,
-            "target_x_naive": TARGET_X_NAIVE,
             "users_in_line": USERS,
             "calls": rows,
             "commands": {name: command for name, (command, _) in {**scripts, **naive_commands}.items()},
@@ -623,7 +622,7 @@ def instructions(origin: Origin) -> dict | None:
             # The lower of two passes: a pass can also count the server's own occasional work (a resize, its
             # cron), which once put 40,000 instructions a call on enter's naive pipeline.
             per_call: dict[str, float] = {}
-            for _ in range(2):
+            for _ in range(benchlib.scaled(2, 1)):
                 for name, (command, keyspace) in {**counted, **naive_commands}.items():
                     executed = count(
                         lambda command=command, keyspace=keyspace: bench.send(command, keyspace, INSTRUCTION_CALLS)
@@ -688,7 +687,7 @@ def main() -> None:
         naive = benchlib.shown(row["x_naive"]) if "x_naive" in row else ""
         print(
             f"  {name:<18}{benchlib.shown(row['usec_per_call'], '', 1):>22}{benchlib.shown(row['x_zadd']):>22}"
-            f"{cpu:>24}{naive:>24}  {row.get('verdict', '')}"
+            f"{cpu:>24}{naive:>24}"
         )
     if counted:
         print(
