@@ -42,6 +42,18 @@ FETCH_TIMEOUT_S = 2.0  # per connect and per read, as every other outbound call 
 FETCH_WAIT_S = 3.0  # how long a request waits for a fetch it needs (the first, or one for an unknown kid)
 MAX_JWKS_BYTES = 256 * 1024
 _BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9._~+/-]+=*) *")
+# What each of PyJWT's refusals means, in the 401's words (the first that matches; InvalidSignatureError is a
+# DecodeError). The library's own names stay out of the answer.
+_REFUSALS: tuple[tuple[type[Exception], str], ...] = (
+    (jwt.ExpiredSignatureError, "the JWT has expired"),
+    (jwt.ImmatureSignatureError, "the JWT is not valid yet: its nbf or iat is ahead of now"),
+    (jwt.InvalidSignatureError, "the JWT's signature does not verify"),
+    (jwt.InvalidAlgorithmError, "the JWT is signed with another algorithm than its key's"),
+    (jwt.InvalidIssuerError, "the JWT was issued by another issuer than VQ_JWT_ISSUER"),
+    (jwt.InvalidAudienceError, "the JWT is for another audience than VQ_JWT_AUDIENCE"),
+    (jwt.InvalidIssuedAtError, "the JWT's iat claim is not a time"),
+    (jwt.DecodeError, "the JWT is malformed: its payload, or an exp or nbf that is not a number"),
+)
 
 
 @dataclass(frozen=True)
@@ -180,12 +192,15 @@ class JwtIdentity:
                 audience=s.audience,
                 issuer=s.issuer,
                 leeway=s.leeway_s,
-                options={"require": ["exp", "iss", "aud"]},
+                # `sub` and `jti` are not judged by the library: the user claim is checked below, where a number
+                # is taken as its decimal text (PyJWT refuses a numeric `sub`), and `jti` is not used.
+                options={"require": ["exp", "iss", "aud"], "verify_sub": False, "verify_jti": False},
             )
-        except jwt.ExpiredSignatureError:
-            raise self._refused("the JWT has expired") from None
+        except jwt.MissingRequiredClaimError as err:
+            raise self._refused(f"the JWT has no {err.claim} claim") from None
         except (jwt.InvalidTokenError, ValueError, TypeError) as err:  # whatever the token holds: never a 500
-            raise self._refused(f"the JWT is not valid here: {type(err).__name__}") from None
+            detail = next((words for kind, words in _REFUSALS if isinstance(err, kind)), "the JWT is not valid here")
+            raise self._refused(detail) from None
         user = claims.get(s.user_claim)
         if isinstance(user, int) and not isinstance(user, bool):
             user = str(user)

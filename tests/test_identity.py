@@ -113,6 +113,48 @@ def test_every_refused_jwt_is_401_with_www_authenticate_and_writes_nothing(jwt_a
     assert body(jwt_api.http.get(ENTRIES + "/me", headers={**place, "X-Queue-Ticket": ticket}))["status"] == "WAITING"
 
 
+# What each 401 says, in the queue's words: never the JWT library's names for its exceptions.
+DETAILS = {
+    "missing": "Authorization: Bearer <JWT> is required",
+    "not bearer": "Authorization must be Bearer and a JWT",
+    "malformed": "the bearer token is not a JWT",
+    "junk": "Authorization must be Bearer and a JWT",
+    "expired": "the JWT has expired",
+    "wrong issuer": "the JWT was issued by another issuer than VQ_JWT_ISSUER",
+    "wrong audience": "the JWT is for another audience than VQ_JWT_AUDIENCE",
+    "no expiry": "the JWT has no exp claim",
+    "unknown key": "the JWT is signed by no key of the issuer",
+    "forged with the kid of a real key": "the JWT's signature does not verify",
+    "alg none": "the JWT is signed with another algorithm than its key's",
+    "HS256 signed with the RSA public key": "the JWT is signed with another algorithm than its key's",
+    "RS256 header on the HMAC key": "the JWT is signed with another algorithm than its key's",
+    "no user in the claim": "the JWT's sub claim is not a user id (1 to 128 printable ASCII)",
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_every_401_says_what_is_wrong_in_the_queues_words(jwt_api, case):
+    refused = enter(jwt_api, REFUSED[case]())
+    assert_401(refused)
+    assert body(refused)["detail"] == DETAILS[case]
+
+
+@pytest.mark.parametrize(
+    "claims, detail",
+    [
+        ({"nbf": NOW + 600}, "the JWT is not valid yet: its nbf or iat is ahead of now"),
+        ({"iat": "yesterday"}, "the JWT's iat claim is not a time"),
+        ({"exp": "never"}, "the JWT is malformed: its payload, or an exp or nbf that is not a number"),
+        ({"aud": None}, "the JWT has no aud claim"),
+    ],
+)
+def test_a_jwt_with_a_bad_time_or_claim_is_told_so(jwt_api, claims, detail):
+    payload = {k: v for k, v in {**jwts.claims(), **claims}.items() if v is not None}
+    refused = enter(jwt_api, {"Authorization": "Bearer " + jwts.sign(payload)})
+    assert_401(refused)
+    assert body(refused)["detail"] == detail
+
+
 def test_a_request_without_a_token_is_told_the_scheme_and_a_refused_token_the_error(jwt_api):
     assert enter(jwt_api, {}).headers["WWW-Authenticate"] == 'Bearer realm="virtual-queue"'
     refused = enter(jwt_api, {"Authorization": "Bearer a.b.c"})
@@ -140,6 +182,16 @@ def test_the_user_claim_is_configurable(env, api):
     headers = {"Authorization": "Bearer " + jwts.sign(jwts.claims(**{"https://shop.example/customer": 4242}))}
     entered = body(enter(api, headers))
     assert runtime.signer().read_ticket(entered["queueTicket"]).user_id == "4242"
+
+
+@pytest.mark.parametrize("claim", ["sub", "customer_id"])
+def test_a_numeric_user_claim_is_the_user_id_written_in_decimal(env, api, claim):
+    env(**jwts.jwt_env(VQ_JWT_USER_CLAIM=claim))
+    # A numeric sub beside a custom user claim is no reason to refuse either.
+    payload = jwts.claims(sub=12345678901234567890) | {claim: 12345678901234567890}
+    entered = enter(api, {"Authorization": "Bearer " + jwts.sign(payload)})
+    assert entered.status_code == 200, entered.body
+    assert runtime.signer().read_ticket(body(entered)["queueTicket"]).user_id == "12345678901234567890"
 
 
 # --- the verified owner gets their ticket back; nobody else can use it ---
