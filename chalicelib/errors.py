@@ -52,6 +52,13 @@ class QueueFull(QueueError):
         super().__init__("the line is full; try again later", {"Retry-After": str(retry_after_s)})
 
 
+class AlreadyAdmitted(QueueError):
+    """Header mode: the caller's id was admitted already, and its entry token goes only to the ticket's holder."""
+
+    status = 409
+    code = "ALREADY_ADMITTED"
+
+
 class QueueBypassDenied(QueueError):
     status = 403
     code = "QUEUE_BYPASS_DENIED"

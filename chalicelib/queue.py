@@ -29,6 +29,7 @@ from chalicelib.answers import (
 )
 from chalicelib.config import Settings
 from chalicelib.errors import (
+    AlreadyAdmitted,
     ConfigChanged,
     InvalidQueueTicket,
     NotInQueue,
@@ -133,8 +134,9 @@ class WaitingRoom:
         self.settings = settings
         self.switch = switch
         self.clock = clock
-        # A verified caller who enters again gets their ticket back (another device, lost storage); a caller the
-        # queue takes at their word (X-User-Id) does not: knowing someone's id must not hand over their place.
+        # A verified caller who enters again gets their ticket back (another device, lost storage), or their entry
+        # token; a caller the queue takes at their word (X-User-Id) gets neither: knowing someone's id must not hand
+        # over their place.
         self.recovers_tickets = settings.jwt is not None
         self.reckoner = Reckoner()
         self.defaults = Defaults(
@@ -147,8 +149,9 @@ class WaitingRoom:
 
     def enter(self, target: Target, user_id: str, invited: bool = False) -> QueueEntry:
         """Join the line (idempotent); the first entry also answers the queue ticket, and so does every entry of a
-        verified caller (VQ_IDENTITY=jwt: the owner gets their ticket back). An invite-only target takes only
-        callers `invited` to it."""
+        verified caller (VQ_IDENTITY=jwt: the owner gets their ticket back). In header mode an admitted user's
+        entry token goes only to the ticket's holder: entering again once admitted is AlreadyAdmitted. An
+        invite-only target takes only callers `invited` to it."""
         self.signer.ready()  # a place given without its ticket could never be polled
         now = self.clock()
         # Only the terms, not a signed token: most enters do not admit, and signing is most of a token's cost.
@@ -183,8 +186,10 @@ class WaitingRoom:
             raise QueueInviteOnly("this sale is by invitation, and your invitations do not name it")
         if isinstance(place, SoldOut):
             raise QueueSoldOut("sold out: this queue admits nobody any more")
-        entry = self._answer(target, user_id, place, now)
         passed = isinstance(place, Admitted) and not place.queued
+        if isinstance(place, Admitted) and not passed and not self.recovers_tickets:
+            raise AlreadyAdmitted("admitted already: the entry token is answered to a poll with your queue ticket")
+        entry = self._answer(target, user_id, place, now)
         if passed:
             count("PassedThrough", target)
             count("TokensIssued", target)

@@ -236,6 +236,21 @@ def test_a_pass_used_elsewhere_or_run_out_says_so(shopper, stack, target_id):
     shopper.shot("expired")
 
 
+def test_a_reload_once_admitted_collects_the_pass_with_the_ticket(shopper, stack, target_id):
+    page = shopper.page
+    stack.configure(target_id, batch=1, tickMs=500)
+    open_page(shopper, stack, target_id, 7)
+    tick_until_view(shopper, stack, target_id, "admitted")
+    entries = []
+    page.on("response", lambda answer: entries.append(answer.status) if answer.url.endswith("/entries") else None)
+    # Entering again by id hands over no pass in header mode (409 ALREADY_ADMITTED): the page polls with its ticket.
+    page.reload()
+    shopper.expect_view("admitted")
+    assert entries == [409]
+    page.locator("#buy").click()
+    shopper.expect_view("bought")
+
+
 def test_sold_out_tells_the_line_at_its_next_poll_and_newcomers_at_once(shopper, stack, target_id):
     wait_second_in_line(shopper, stack, target_id)
     stack.configure(target_id, batch=60, tickMs=60_000, soldOut=True)

@@ -221,6 +221,19 @@ def test_in_header_mode_entering_again_gives_no_ticket(api):
     assert "queueTicket" not in body(api.http.post(ENTRIES, headers={"X-User-Id": "alice"}))
 
 
+def test_in_header_mode_entering_again_by_id_never_hands_over_the_entry_token(api):
+    alice = {"X-User-Id": "alice"}
+    ticket = body(api.http.post(ENTRIES, headers=alice))["queueTicket"]
+    admit()
+    # Before the owner polled (the mark has passed them), then after (the token is held): knowing the id is not enough.
+    for _ in range(2):
+        again = api.http.post(ENTRIES, headers=alice)
+        assert again.status_code == 409 and body(again)["code"] == "ALREADY_ADMITTED"
+        assert "entryToken" not in body(again) and "queueTicket" not in body(again)
+        polled = body(api.http.get(ENTRIES + "/me", headers={**alice, "X-Queue-Ticket": ticket}))
+        assert polled["status"] == "ADMITTED" and polled["entryToken"]
+
+
 def test_nobody_polls_leaves_or_buys_with_someone_elses_ticket_or_token(jwt_api, origin):
     alice, mallory = jwts.bearer("auth0|alice"), jwts.bearer("auth0|mallory")
     ticket = body(enter(jwt_api, alice))["queueTicket"]

@@ -307,11 +307,12 @@ def test_an_enter_that_registers_the_target_while_the_pump_forgets_it_is_not_los
     ticket = room.enter(DROP, "1").queue_ticket
     room.leave(DROP, "1", ticket)
     read_nonce = store.registered_targets()[DROP]
+    entered = []
 
     class RacingStore(QueueStore):
         def forget_targets(self, nonces):
             # Between the pump's eviction (which dropped the marker) and its forgetting: a new user enters.
-            room.enter(DROP, "2")
+            entered.append(room.enter(DROP, "2"))
             return super().forget_targets(nonces)
 
     pump = Pump(RacingStore(client, store.prefix), runtime.settings())
@@ -320,7 +321,7 @@ def test_an_enter_that_registers_the_target_while_the_pump_forgets_it_is_not_los
     assert store.registered_targets()[DROP] != read_nonce
     wait_for_next_tick(client, tick_ms)
     assert only(pump.tick()).admitted == 1
-    assert room.enter(DROP, "2").status == "ADMITTED"
+    assert room.status(DROP, "2", entered[0].queue_ticket).status == "ADMITTED"
 
 
 def test_forgetting_with_a_stale_nonce_keeps_the_target(env, store):

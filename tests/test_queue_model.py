@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from chalicelib import runtime
 from chalicelib.config import load_settings
-from chalicelib.errors import EntryTokenUsed, NotInQueue, QueueBypassDenied, QueueFull
+from chalicelib.errors import AlreadyAdmitted, EntryTokenUsed, NotInQueue, QueueBypassDenied, QueueFull
 from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.queue import WaitingRoom
@@ -136,12 +136,13 @@ class QueueMachine(RuleBasedStateMachine):
         except QueueFull:
             assert user not in m.line and user not in m.holding and len(m.waiting()) >= CAPACITY
             return
-        if user in m.holding:
-            assert (entry.status, entry.entry_token) == ("ADMITTED", m.holding[user])
-        elif user in m.line and m.line[user] <= m.mark:
-            assert entry.status == "ADMITTED" and entry.queue_ticket is None
-            self.received_token(user, entry)
-        elif user in m.line:
+        except AlreadyAdmitted:
+            # Knowing the id hands over no token (header mode): an admitted user's is their ticket's, for a poll.
+            assert user in m.holding or (user in m.line and m.line[user] <= m.mark)
+            if user in m.line:  # enter admitted them: the next poll collects the token it stored
+                self.received_token(user, self.room.status(DROP, str(user), self.tickets[user]))
+            return
+        if user in m.line:
             assert entry.status == "WAITING" and entry.queue_ticket is None
             assert entry.position == m.ahead_of(m.line[user]) + 1
             m.heartbeat[user] = self.offset_s

@@ -13,6 +13,7 @@ from chalicelib.redis_connection import connect
 from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from tests.support import jwts
 from tests.support.observed import counted
 from tests.support.ticks import admit_through
 
@@ -81,7 +82,10 @@ def test_leave_and_enter_again_never_holds_two_live_tokens(room, gate, origin):
     assert len(origin.requests) == 1
 
 
-def test_one_entry_gets_one_token_id_however_it_is_admitted(room, gate, origin):
+def test_one_entry_gets_one_token_id_however_it_is_admitted(make_room, origin):
+    # jwt mode: a verified owner's enter collects their token (in header mode only a poll with the ticket does).
+    room = make_room(**jwts.jwt_env())
+    gate = runtime.purchase_gate()
     tickets = [room.signer.read_ticket(room.enter(DROP, user).queue_ticket) for user in ("1", "2")]
     admit_up_to(room)  # through user 2, the last in line
     by_poll = room.status(DROP, "1", tickets[0].text).entry_token

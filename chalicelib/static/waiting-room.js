@@ -228,6 +228,11 @@
       case "NOT_INVITED": forgetPlace(); return show("notinvited");
       case "QUEUE_CLOSED": forgetPlace(); return show("closed");
       case "SOLD_OUT": forgetPlace(); return show("soldout");
+      case "ALREADY_ADMITTED":
+        // Header mode hands an admitted user's pass only to a poll with their ticket (docs/identity.md).
+        if (saved.get("ticket")) return poll();
+        $("error-text").textContent = t.otherWindow;
+        return show("error");
       case "UNKNOWN_TARGET":
         // Not opened by an operator (yet): look again now and then, so the page lets people in once it is.
         show("unopened");
