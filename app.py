@@ -16,7 +16,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.jmespath_utils import query
 from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorizer, Response
 
-from chalicelib import gate, page, runtime
+from chalicelib import gate, media_types, page, runtime
 from chalicelib.errors import QueueError, chalice_refusal
 from chalicelib.identity import page_identity
 from chalicelib.observability import (
@@ -34,9 +34,10 @@ from chalicelib.target_config import Precondition, parse_config, parse_patch
 from chalicelib.targets import TARGET_TYPES, TargetType, parse_target
 
 app = Chalice(app_name="virtual-queue", configure_logs=False)
-# No route takes or answers binary media: bodies are JSON (a route refuses any other Content-Type with 415), pages
-# and scripts text. Without Chalice's 16 default binary types, API Gateway declares none, and Chalice no longer
-# matches every answer's Content-Type and the request's Accept against them (three times a request).
+# No route takes or answers binary media: bodies are JSON (a route that reads one refuses any other Content-Type
+# with 415: `_json_body`), pages and scripts text. Without Chalice's 16 default binary types, API Gateway declares
+# none, and Chalice no longer matches every answer's Content-Type and the request's Accept against them (three
+# times a request).
 app.api.binary_types = []
 
 # Refuse to start on a malformed configuration (no network: keys in Secrets Manager are read on first use, so
@@ -63,19 +64,22 @@ def correlate_logs(request, get_response):
 
 
 @app.middleware("http")
-def never_stored(request, get_response):
+def guarded_answers(request, get_response):
     """No answer of the API may be kept by a cache between the client and the API: answers carry tickets and
-    entry tokens, and are one user's at one moment. Errors too, Chalice's own (405, 415, 500) included; the
-    pages set their own rule (`_html`). (API Gateway's own answers get the header from infra/edge.yaml.)"""
+    entry tokens, and are one user's at one moment. Errors too, Chalice's own (405, 500) included; the pages set
+    their own rule (`_html`). (API Gateway's own answers get the header from infra/edge.yaml.) And a browser runs
+    none as anything but the type it names (`nosniff`): pages, scripts, and the shop's answer to a purchase,
+    passed on with whatever Content-Type the shop chose."""
     response = get_response(request)
     response.headers.setdefault("Cache-Control", "no-store")
+    response.headers["X-Content-Type-Options"] = "nosniff"
     return response
 
 
 @app.middleware("http")
 def errors_in_one_shape(request, get_response):
-    """Chalice refuses a method a route does not take (405, with `Allow`) and a Content-Type it does not accept
-    (415) before any route runs, as `{"Code", "Message"}`: they go out as every other error, `{"code", "detail"}`."""
+    """Chalice refuses a method a route does not take (405, with `Allow`) before any route runs, as `{"Code",
+    "Message"}`: it goes out as every other error, `{"code", "detail"}`. (Its 415 is switched off: see the end.)"""
     response = get_response(request)
     refusal = chalice_refusal(response.body)
     if refusal is not None:
@@ -120,6 +124,12 @@ def _json_text(body):
 
 def _header(name):
     return app.current_request.headers.get(name)
+
+
+def _json_body(accepted=media_types.JSON):
+    """The request's body, once its Content-Type says it is one of `accepted` (chalicelib/media_types.py)."""
+    media_types.require(_header("content-type"), accepted)
+    return app.current_request.raw_body
 
 
 def _target(queue_type, target_id):
@@ -174,21 +184,15 @@ def get_config(queue_type, target_id):
 @answers_queue_errors
 def put_config(queue_type, target_id):
     target = _target(queue_type, target_id)
-    config = parse_config(app.current_request.raw_body)
+    config = parse_config(_json_body())
     return _config_answer(runtime.waiting_room().configure(target, config, _precondition()))
 
 
-# JSON Merge Patch (RFC 7396) names its own media type; plain JSON is accepted too.
-@app.route(
-    QUEUE + "/config",
-    methods=["PATCH"],
-    authorizer=IAMAuthorizer(),
-    content_types=["application/merge-patch+json", "application/json"],
-)
+@app.route(QUEUE + "/config", methods=["PATCH"], authorizer=IAMAuthorizer())
 @answers_queue_errors
 def patch_config(queue_type, target_id):
     target = _target(queue_type, target_id)
-    patch = parse_patch(app.current_request.raw_body)
+    patch = parse_patch(_json_body(media_types.MERGE_PATCH))
     return _config_answer(runtime.waiting_room().patch_config(target, patch, _precondition()))
 
 
@@ -312,10 +316,6 @@ WAITING_ROOM = "/waiting-room/{queue_type}/{target_id}"
 CONSOLE = "/console"
 
 
-# A script or page is run as the type it is served as, never as one a browser guesses from its bytes.
-NOT_SNIFFED = {"X-Content-Type-Options": "nosniff"}
-
-
 def _html(served: page.Page):
     # Per language (Accept-Language), and revalidated on every load: the page carries the target's current display
     # fields. Its policy lets only its own scripts run, and no other site frame it (docs/pages.md).
@@ -327,7 +327,6 @@ def _html(served: page.Page):
             "Cache-Control": "no-cache",
             "Vary": "Accept-Language",
             "Content-Security-Policy": served.content_security_policy,
-            **NOT_SNIFFED,
             "Referrer-Policy": "no-referrer",
         },
     )
@@ -358,7 +357,7 @@ def waiting_room_service_worker():
     return Response(
         body=page.service_worker(),
         status_code=200,
-        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache", **NOT_SNIFFED},
+        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"},
     )
 
 
@@ -375,6 +374,12 @@ def operator_console():
     like the operator routes it calls (docs/pages.md)."""
     return _html(page.console(page_path=CONSOLE, queues_path="/virtual-queues"))
 
+
+# Chalice's own media-type check is loose and answers in its own shape (chalicelib/media_types.py): every route lets
+# every Content-Type through, and those that read a body check it exactly (`_json_body`, the purchase gate).
+for _methods in app.routes.values():
+    for _route in _methods.values():
+        _route.content_types = ["*/*"]
 
 # Loaded (see the top): what the modules made lives as long as the container.
 gc.freeze()

@@ -151,15 +151,15 @@ class MethodNotAllowed(QueueError):
     code = "METHOD_NOT_ALLOWED"
 
 
-# Chalice's own refusals, answered before any route runs as {"Code", "Message"}, by their Code.
+# Chalice's own refusals, answered before any route runs as {"Code", "Message"}, by their Code. (Its 415 never
+# comes: the routes check Content-Type themselves, chalicelib/media_types.py.)
 _CHALICE_REFUSALS: dict[str, type[QueueError]] = {
     "MethodNotAllowedError": MethodNotAllowed,
-    "UnsupportedMediaType": UnsupportedMediaType,
 }
 
 
 def chalice_refusal(body: object) -> QueueError | None:
-    """The error of the API's own shape for a body Chalice answered itself (405, 415), else None."""
+    """The error of the API's own shape for a body Chalice answered itself (405), else None."""
     if not isinstance(body, dict):
         return None
     error = _CHALICE_REFUSALS.get(body.get("Code"))  # type: ignore[arg-type]

@@ -11,7 +11,6 @@ Knows nothing of Chalice or of Redis keys: verification is `gate.check_entry`, t
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 import uuid
@@ -19,18 +18,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from chalicelib import media_types
 from chalicelib.answers import Consumption
 from chalicelib.config import Settings
 from chalicelib.errors import (
     EntryTokenUsed,
-    InvalidArgument,
     OriginNotConfigured,
     OriginUnavailable,
     PayloadTooLarge,
     QueueBypassDenied,
     QueueUnavailable,
     UnknownTarget,
-    UnsupportedMediaType,
 )
 from chalicelib.flags import QueueSwitch
 from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
@@ -43,14 +41,6 @@ from chalicelib.store import QueueStore
 from chalicelib.targets import Target, parse_user_id
 from chalicelib.tokens import EntryToken, TokenSigner
 
-# A media type as RFC 9110 spells it: `type/subtype` and `; name=value` parameters (a token or a quoted string),
-# in visible ASCII (http.client refuses anything else, after the token was used). Only JSON is bought with.
-_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_MEDIA_TYPE = re.compile(
-    rf"[ \t]*(?P<type>{_TOKEN})/(?P<subtype>{_TOKEN})"
-    rf"(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*\"))*[ \t]*"
-)
-MAX_CONTENT_TYPE = 255
 # A token minted while Redis could not be asked, refused at the purchase by the target's state it could not know.
 _OUTAGE_TOKEN = "this entry token was handed out while the queue could not be asked, and "
 _HELD = {
@@ -111,10 +101,10 @@ class PurchaseGate:
         """Verify the entry token, use it up, forward the purchase, and answer what the downstream answered.
 
         Raises InvalidArgument (a malformed user id or Content-Type), PayloadTooLarge (a body over
-        VQ_MAX_PURCHASE_BODY_BYTES), UnsupportedMediaType (not application/json), QueueBypassDenied (no valid
-        token for this target and user, or one revoked by leaving), EntryTokenUsed (already bought),
-        OriginNotConfigured, OriginUnavailable, QueueUnavailable (Redis out of memory, or down and
-        VQ_FAIL_MODE=closed). While the queue is switched off for the caller, a purchase without a valid token
+        VQ_MAX_PURCHASE_BODY_BYTES), UnsupportedMediaType (no Content-Type, or not application/json),
+        QueueBypassDenied (no valid token for this target and user, or one revoked by leaving), EntryTokenUsed
+        (already bought), OriginNotConfigured, OriginUnavailable, QueueUnavailable (Redis out of memory, or down
+        and VQ_FAIL_MODE=closed). While the queue is switched off for the caller, a purchase without a valid token
         goes straight through.
         """
         now = self.clock()
@@ -122,8 +112,7 @@ class PurchaseGate:
         if len(request.body or b"") > self.settings.max_purchase_body_bytes:
             raise PayloadTooLarge(f"a purchase body is at most {self.settings.max_purchase_body_bytes} bytes")
         user_id = parse_user_id(request.user_id if isinstance(request.user_id, str) else None, "the user id")
-        if request.content_type is not None:
-            _check_media_type(request.content_type)
+        media_types.require(request.content_type)
         target = route_target(request.target_type, request.target_id)
         if target is None:
             self._deny(None)
@@ -257,16 +246,3 @@ class PurchaseGate:
             count("TokensRestored", use.token.target)
         elif settled:
             count("PurchaseOutcomeUnknown", use.token.target)
-
-
-def _check_media_type(content_type: str) -> None:
-    """InvalidArgument unless `content_type` is one well-formed media type of at most MAX_CONTENT_TYPE visible
-    ASCII characters; UnsupportedMediaType unless it is application/json. Parsed whole: a list such as
-    `text/plain;application/json` (which Chalice's own check lets through) is not JSON."""
-    match = _MEDIA_TYPE.fullmatch(content_type) if len(content_type) <= MAX_CONTENT_TYPE else None
-    if match is None:
-        raise InvalidArgument(
-            f"Content-Type must be one media type of at most {MAX_CONTENT_TYPE} visible ASCII characters"
-        )
-    if (match["type"].lower(), match["subtype"].lower()) != ("application", "json"):
-        raise UnsupportedMediaType("a purchase body must be application/json")

@@ -216,6 +216,73 @@ def test_a_content_type_that_cannot_be_forwarded_is_400_before_the_token_is_used
     assert purchase(api, token).status_code == 201
 
 
+CONFIG = "/virtual-queues/limited-drop/42/config"
+# Every route that reads a JSON body, with a body it takes.
+JSON_ROUTES = {"PUT config": ("PUT", CONFIG), "PATCH config": ("PATCH", CONFIG), "purchase": ("POST", ORDERS)}
+
+
+def send_json(api, route, content_type, token):
+    method, path = JSON_ROUTES[route]
+    headers = {"X-User-Id": "7", "X-Entry-Token": token.text}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    payload = b'{"quantity": 1}' if path == ORDERS else b'{"batch": 7}'
+    return getattr(api.http, method.lower())(path, headers=headers, body=payload)
+
+
+@pytest.mark.parametrize(
+    "content_type, status",
+    [
+        (None, 415),
+        ("text/plain", 415),
+        ("application/x-www-form-urlencoded", 415),
+        ('text/plain; x="application/json"', 415),
+        ("application/jsonx", 415),
+        ("*/*", 415),
+        ("text/plain;application/json", 400),  # a list, not one media type: Chalice's own check let it through
+        ("application/json, text/plain", 400),
+        ("text/plain; x=application/json", 400),  # a parameter's value with a slash is quoted
+    ],
+)
+@pytest.mark.parametrize("route", list(JSON_ROUTES))
+def test_every_json_route_refuses_a_missing_or_other_media_type_and_changes_nothing(
+    api, origin, route, content_type, status
+):
+    opened = api.http.put(CONFIG, headers={"Content-Type": "application/json"}, body=b'{"batch": 3}')
+    assert opened.status_code == 200
+    token = mint()
+    refused = send_json(api, route, content_type, token)
+    assert refused.status_code == status, refused.body
+    assert body(refused)["code"] == {415: "UNSUPPORTED_MEDIA_TYPE", 400: "INVALID_ARGUMENT"}[status]
+    assert body(refused)["detail"]
+    assert body(api.http.get(CONFIG))["config"] == {"batch": 3}
+    assert origin.requests == []
+    assert purchase(api, token).status_code == 201  # the token was not used
+
+
+@pytest.mark.parametrize(
+    "route, content_type",
+    [
+        ("PUT config", "Application/JSON; charset=utf-8"),
+        ("PATCH config", "application/merge-patch+json"),
+        ("PATCH config", "application/json"),
+        ("purchase", "application/json;charset=UTF-8"),
+    ],
+)
+def test_each_json_route_takes_its_own_media_types(api, origin, route, content_type):
+    api.http.put(CONFIG, headers={"Content-Type": "application/json"}, body=b"{}")
+    answer = send_json(api, route, content_type, mint())
+    assert answer.status_code in (200, 201), answer.body
+
+
+def test_a_merge_patch_is_no_purchase_or_put_body(api, origin):
+    api.http.put(CONFIG, headers={"Content-Type": "application/json"}, body=b"{}")
+    for route in ("PUT config", "purchase"):
+        refused = send_json(api, route, "application/merge-patch+json", mint())
+        assert refused.status_code == 415 and body(refused)["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    assert origin.requests == []
+
+
 @pytest.mark.parametrize("bad", ["a b", "7 ", "٧", "", "x" * 129])
 def test_a_malformed_user_id_under_a_percentage_rollout_is_400_and_denied_by_the_authorizer(
     api, env, origin, tmp_path, bad

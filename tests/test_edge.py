@@ -56,6 +56,7 @@ def test_queue_answers_and_errors_are_never_stored(api):
         api.http.get(ENTRIES + "/me", headers={"X-User-Id": "7", "X-Queue-Ticket": ticket}),  # 404 or 403
         api.http.get("/virtual-queues/flash-sale/1/stats"),  # 404
         api.http.get("/waiting-room/limited-drop/0"),  # the page's route, answering the API's JSON error
+        api.http.put("/virtual-queues/limited-drop/42/config", headers={"Content-Type": "text/plain"}, body="x"),  # 415
     ):
         assert 400 <= refused.status_code < 500 and no_store(refused), refused.status_code
     assert no_store(api.http.get("/virtual-queues/limited-drop/42/stats"))
@@ -63,9 +64,6 @@ def test_queue_answers_and_errors_are_never_stored(api):
 
 
 def test_chalices_own_errors_are_never_stored(api, monkeypatch):
-    config = "/virtual-queues/limited-drop/42/config"
-    unsupported = api.http.put(config, headers={"Content-Type": "text/plain"}, body="batch=5")
-    assert unsupported.status_code == 415 and no_store(unsupported)
     not_allowed = api.http.patch(ENTRIES, headers={"X-User-Id": "7"})
     assert not_allowed.status_code == 405 and no_store(not_allowed)
 
@@ -84,6 +82,47 @@ def test_the_shops_answer_to_a_purchase_is_never_stored_whatever_the_shop_said(a
     assert bought.status_code == 201 and no_store(bought)
     again = api.http.post("/limited-drops/42/orders", headers=headers, body='{"sku": "x"}')
     assert again.status_code == 403 and no_store(again)
+
+
+# --- every answer: X-Content-Type-Options: nosniff ---
+
+
+def test_every_answer_says_nosniff_the_shops_purchase_answers_included(api, origin, signer, monkeypatch):
+    """A browser runs no answer of the API as anything but the type it names: the shop's to a purchase (whatever
+    Content-Type it chose), the app's, its errors and Chalice's own."""
+    entered = api.http.post(ENTRIES, headers={"X-User-Id": "7"})
+    me = {"X-User-Id": "7", "X-Queue-Ticket": entered.json_body["queueTicket"]}
+    buying = {**JSON, "X-User-Id": "8", "X-Entry-Token": mint(signer, user=8).text}
+    answers = {
+        "enter": entered,
+        "poll": api.http.get(ENTRIES + "/me", headers=me),
+        "leave": api.http.delete(ENTRIES + "/me", headers=me),
+        "400": api.http.post(ENTRIES, headers={"X-User-Id": "9" * 200}),
+        "415": api.http.put("/virtual-queues/limited-drop/42/config", headers={"Content-Type": "text/plain"}, body="x"),
+        "405": api.http.patch(ENTRIES, headers={"X-User-Id": "7"}),
+        "stats": api.http.get("/virtual-queues/limited-drop/42/stats"),
+        "the shop's answer": api.http.post("/limited-drops/42/orders", headers=buying, body='{"sku": "x"}'),
+        "a used token": api.http.post("/limited-drops/42/orders", headers=buying, body='{"sku": "x"}'),
+        "page": api.http.get(PAGE),
+    }
+    monkeypatch.setattr(WaitingRoom, "enter", lambda *args: 1 / 0)
+    answers["500"] = api.http.post(ENTRIES, headers={"X-User-Id": "7"})
+    assert [answer.status_code for answer in answers.values()] == [
+        200,
+        200,
+        204,
+        400,
+        415,
+        405,
+        200,
+        201,
+        403,
+        200,
+        500,
+    ]
+    assert {
+        name for name, answer in answers.items() if answer.headers.get("X-Content-Type-Options") != "nosniff"
+    } == set()
 
 
 # --- the pages: their own caching rule, and a policy that runs only their own scripts ---
