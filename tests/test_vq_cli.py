@@ -221,6 +221,25 @@ def test_the_console_proxy_forwards_only_the_consoles_requests_and_only_from_its
         proxy.server_close()
 
 
+def test_the_console_proxy_s_key_buys_one_random_session_and_is_spent(stack, gateway, operator_credentials):
+    proxy = console_proxy(OperatorApi(gateway.url, region=sigv4_gateway.REGION))
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{proxy.server_address[1]}"
+    try:
+        status, headers, _ = fetch(f"{base}/console?key={proxy.key}")
+        assert status == 303
+        cookie = headers["Set-Cookie"].split(";")[0]
+        assert cookie.startswith("vq_console=") and proxy.key not in cookie  # a session of its own, not the key
+        # The key a second time (a copied address, a browser's history): refused, and it starts no session.
+        status, headers, _ = fetch(f"{base}/console?key={proxy.key}")
+        assert status == 403 and "Set-Cookie" not in headers
+        assert fetch(f"{base}/console", {"Cookie": f"vq_console={proxy.key}"})[0] == 403  # the key is no cookie
+        assert fetch(f"{base}/console", {"Cookie": cookie})[0] == 200
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
 def fetch(url, headers=None, method="GET", body=None):
     """(status, headers, body) without following redirects."""
 

@@ -3,8 +3,9 @@
 Deployed, the console and the routes it calls are IAM-protected, and a browser cannot sign with SigV4. The proxy
 listens on 127.0.0.1 only, forwards the console's own requests (the page, the target list, stats and config) to
 the API signed with the operator's credentials, and nothing else. Other pages the operator has open must not
-use it: the address it prints carries a one-time key that the proxy trades for a SameSite=Strict cookie, and
-a request without that cookie, from another Origin, or for another Host (DNS rebinding) is refused.
+use it: the address it prints carries a one-time key that the proxy trades, once, for a random session in a
+SameSite=Strict cookie, and a request without that cookie, from another Origin, or for another Host (DNS
+rebinding) is refused; so is the key a second time (a copied address, the browser's history).
 Against `make run` (nothing to sign) it only opens the console's address.
 """
 
@@ -15,6 +16,7 @@ import json
 import re
 import secrets
 import sys
+import threading
 import webbrowser
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -75,6 +77,21 @@ class ConsoleProxy(ThreadingHTTPServer):
         self.api = api
         self.key = secrets.token_urlsafe(24)
         self.own_hosts = {f"127.0.0.1:{self.server_address[1]}", f"localhost:{self.server_address[1]}"}
+        self._session: str | None = None  # the cookie's value, once the key was traded for it
+        self._lock = threading.Lock()
+
+    def trade(self, key: str) -> str | None:
+        """A new session for the printed key, the first time only; None for any other key, or the key again."""
+        with self._lock:
+            if self._session is not None or not hmac.compare_digest(key.encode(), self.key.encode()):
+                return None
+            self._session = secrets.token_urlsafe(32)
+            return self._session
+
+    def admits(self, cookie: str) -> bool:
+        """Whether `cookie` is the session the key was traded for."""
+        session = self._session
+        return session is not None and hmac.compare_digest(cookie.encode(), session.encode())
 
 
 def console_proxy(api: OperatorApi, port: int = 0) -> ConsoleProxy:
@@ -104,16 +121,19 @@ class _Handler(BaseHTTPRequestHandler):
             return self._refuse(403, "requests from other pages are refused")
         query = parse_qsl(parts.query)
         key = dict(query).get("key")
-        if key is not None and hmac.compare_digest(key, self.server.key):
-            # The printed address: trade its key for a cookie, and drop it from the address bar and history.
+        if key is not None:
+            # The printed address: trade its key for a session, and drop it from the address bar and history.
+            session = self.server.trade(key)
+            if session is None:
+                return self._refuse(403, "this key was used already (or is not this proxy's): run vq console again")
             rest = urlencode([(k, v) for k, v in query if k != "key"], safe="/")
             self.send_response(303)
             self.send_header("Location", parts.path + (f"?{rest}" if rest else ""))
-            self.send_header("Set-Cookie", f"{COOKIE}={self.server.key}; HttpOnly; SameSite=Strict; Path=/")
+            self.send_header("Set-Cookie", f"{COOKIE}={session}; HttpOnly; SameSite=Strict; Path=/")
             self.send_header("Content-Length", "0")
             self.end_headers()
             return None
-        if not hmac.compare_digest(self._cookie().encode(), self.server.key.encode()):
+        if not self.server.admits(self._cookie()):
             return self._refuse(403, "open the address vq console printed (it carries this proxy's key)")
         allowed = _ALLOWED.get(self.command)
         if allowed is None or not allowed.fullmatch(parts.path):
