@@ -16,6 +16,16 @@
   // How the shopper is named (docs/identity.md: the page): a verified JWT the shop hands over, or, in header mode
   // (the demo, or behind the shop's own gateway), X-User-Id.
   const jwtMode = config.identity.mode === "jwt";
+  // This tab's session storage (the JWT, the sign-in's state). It may refuse: then nothing is kept.
+  const session = {
+    get(name) { try { return sessionStorage.getItem(name); } catch (err) { return null; } },
+    set(name, value) { try { sessionStorage.setItem(name, value); } catch (err) { /* not kept */ } },
+    take(name) {
+      const value = session.get(name);
+      try { sessionStorage.removeItem(name); } catch (err) { /* nothing kept */ }
+      return value;
+    },
+  };
   const handed = jwtMode ? takeToken() : { token: null, now: false };
   let bearer = handed.token;
   const userId = jwtMode ? String((claims(bearer) || {})[config.identity.userClaim] || "signed-in") : chooseUser();
@@ -41,20 +51,34 @@
     drop(what) { try { localStorage.removeItem(key(what)); } catch (err) { /* see above */ } },
   };
 
-  // The shop hands the JWT in the fragment (#token=...), which no request carries: kept for this tab only
-  // (sessionStorage) and taken out of the address bar, so it is neither bookmarked nor shared with the link.
-  // `now`: handed over by this very load (straight from the login).
+  // The shop's sign-in hands the JWT in the fragment (#token=...&state=...), which no request carries. It is taken
+  // only with the state this tab drew before sending the shopper there (`loginAddress`; checked and cleared), as
+  // OAuth does: a link carrying someone else's JWT, to make the shopper queue and buy as them, is ignored. Kept for
+  // this tab only (sessionStorage), and out of the address bar at once, so it is neither bookmarked nor shared
+  // with the link. `now`: this load is the sign-in's answer (it carries a state), so a refusal shows a button
+  // instead of sending the shopper straight back.
   function takeToken() {
     const fragment = new URLSearchParams(location.hash.slice(1));
     const token = fragment.get("token");
-    if (token) {
+    const state = fragment.get("state");
+    if (token || state) {
       fragment.delete("token");
+      fragment.delete("state");
       const rest = fragment.toString();
       history.replaceState(history.state, "", location.pathname + location.search + (rest ? "#" + rest : ""));
-      try { sessionStorage.setItem("vq-jwt", token); } catch (err) { /* kept in memory only */ }
-      return { token, now: true };
     }
-    try { return { token: sessionStorage.getItem("vq-jwt"), now: false }; } catch (err) { return { token: null, now: false }; }
+    if (token && state && session.take("vq-login-state") === state) session.set("vq-jwt", token);
+    return { token: session.get("vq-jwt"), now: Boolean(token && state) };
+  }
+
+  // The shop's sign-in (VQ_LOGIN_URL, `{return}` in it replaced by this page's address), with `state=`: a random
+  // value this tab keeps, which the sign-in hands back beside the JWT (docs/identity.md: the page).
+  function loginAddress(login) {
+    const state = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+    session.set("vq-login-state", state);
+    const url = new URL(login.replace("{return}", encodeURIComponent(location.href)), location.href);
+    url.search = (url.search ? url.search + "&" : "?") + "state=" + state;
+    return url.href;
   }
 
   // The JWT's claims, read (not verified: the server does that) for its expiry and the user it names.
@@ -71,15 +95,15 @@
     return jwtMode ? { Authorization: `Bearer ${bearer}` } : { "X-User-Id": userId };
   }
 
-  // No JWT, an expired one, or one the queue refused: ask the shop for a new one through its login page
-  // (VQ_LOGIN_URL, `{return}` in it replaced by this page's address), once; a JWT that was refused straight
-  // after a login leaves the shopper a button instead, so a misconfigured login cannot bounce them for ever.
+  // No JWT, an expired one, or one the queue refused: ask the shop for a new one through its login page, once; a
+  // JWT that was refused straight after a login leaves the shopper a button instead, so a misconfigured login
+  // cannot bounce them for ever.
   function signIn() {
     bearer = null;
-    try { sessionStorage.removeItem("vq-jwt"); } catch (err) { /* nothing kept */ }
+    session.take("vq-jwt");
     clearTimeout(pollTimer);
     const login = config.identity.loginUrl;
-    const target = login ? login.replace("{return}", encodeURIComponent(location.href)) : null;
+    const target = login ? loginAddress(login) : null;
     if (target && !handed.now) {
       location.assign(target);
       return;

@@ -4,10 +4,10 @@ It serves the purchase paths the gate forwards to. Each drop or event (one path,
 `/limited-drops/1/orders`) has a limited stock, and a user orders at most once per drop or event:
 `POST` answers 201 `{"orderId", ...}`, or 409 `{"code": "SOLD_OUT" | "ALREADY_ORDERED"}`, or 400 without
 a valid `X-User-Id` (the gate sets it: the verified user). With `login` (`VQ_IDENTITY=jwt make run`), it is also
-the shop's sign-in: `GET /login?return=URL` asks for a user name and sends the browser back to URL with a JWT
-in the fragment (infra/local/dev_login.py). `GET /orders` lists the orders, the stock left, and each purchase
-request's arrival time, user and idempotency key (what the simulator measures the shop's load and double
-purchases by).
+the shop's sign-in: `GET /login?return=URL&state=S` asks for a user name and sends the browser back to URL with a
+JWT and the page's state S in the fragment (infra/local/dev_login.py). `GET /orders` lists the orders, the stock
+left, and each purchase request's arrival time, user and idempotency key (what the simulator measures the shop's
+load and double purchases by).
 
 Like a real shop API it honours `Idempotency-Key` (the gate sends the entry token's id): the first outcome
 under a key (an order, or a refusal for stock) is kept and answered again to every request with that key,
@@ -47,6 +47,7 @@ from chalicelib.targets import TARGET_TYPES  # noqa: E402
 
 POSITIVE_ID = r"[1-9][0-9]{0,17}"
 USER_ID = re.compile(r"[\x21-\x7e]{1,128}")  # as the waiting room's (chalicelib/targets.py)
+STATE = re.compile(r"[A-Za-z0-9_-]{1,128}")  # the waiting-room page's sign-in state, handed back as it came
 # Every target type's purchase path, as a real downstream would serve it.
 ITEM_PATH = re.compile(
     "|".join(
@@ -164,7 +165,8 @@ SIGN_IN = """<!doctype html><html lang="en"><meta charset="utf-8"><title>Sign in
 <form method="get" action="/login" style="font: 1rem system-ui; max-width: 24rem; margin: 3rem auto">
 <h1>Demo shop: sign in</h1><p>Any user name will do: the demo checks no password.</p>
 <label>User name <input name="user" id="user" required pattern="[!-~]{1,128}" autocomplete="username"></label>
-<input type="hidden" name="return" value="__RETURN__"> <button type="submit">Sign in</button></form></html>
+<input type="hidden" name="return" value="__RETURN__"> <input type="hidden" name="state" value="__STATE__">
+<button type="submit">Sign in</button></form></html>
 """
 
 
@@ -195,18 +197,22 @@ def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, {"code": "NOT_FOUND", "detail": "try GET /orders"})
 
         def _sign_in(self, query: dict[str, list[str]]) -> None:
-            """The sign-in form; once a user name is given, back to the waiting room with a JWT in the fragment.
-            Only back to this machine: the demo must not be an open redirect."""
+            """The sign-in form; once a user name is given, back to the waiting room with a JWT in the fragment, and
+            the state the page sent, which the page takes the JWT with (docs/identity.md: the page). Only back to
+            this machine: the demo must not be an open redirect."""
             back, user = query.get("return", [""])[0], query.get("user", [""])[0]
+            state = query.get("state", [""])[0]
             if not re.fullmatch(r"http://(127\.0\.0\.1|localhost)(:[0-9]+)?/[^#\s]*", back):
                 self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "return must be a page on this machine"})
+            elif not STATE.fullmatch(state):
+                self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "state must be the page's, 1 to 128 URL-safe"})
             elif USER_ID.fullmatch(user) and shop.login is not None:
                 self.send_response(303)
-                self.send_header("Location", f"{back}#token={shop.login(user)}")
+                self.send_header("Location", f"{back}#token={shop.login(user)}&state={state}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
             else:
-                page = SIGN_IN.replace("__RETURN__", html.escape(back, quote=True)).encode()
+                page = SIGN_IN.replace("__RETURN__", html.escape(back, quote=True)).replace("__STATE__", state).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
                 self.send_header("Content-Length", str(len(page)))

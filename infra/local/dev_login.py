@@ -2,8 +2,8 @@
 
 It makes an RSA key for the run, publishes its public half as the JWKS the API verifies against (VQ_JWKS), and
 signs JWTs for whoever signs in at the demo shop's `/login` (infra/local/demo_shop.py): a form that asks for a
-user name and sends the browser back to the waiting room with the JWT in the URL fragment, as a shop's login would
-(docs/identity.md: the page). Nothing checks a password: it is a demo.
+user name and sends the browser back to the waiting room with the JWT and the page's `state` in the URL fragment, as
+a shop's login must (docs/identity.md: the page). Nothing checks a password: it is a demo.
 """
 
 from __future__ import annotations
