@@ -150,6 +150,8 @@ class Settings:
     jwt: JwtSettings | None = None  # None: VQ_IDENTITY=header, the caller is X-User-Id
     login_url: str | None = None
     max_purchase_body_bytes: int = 16_384
+    # The Idempotency-Key as the IETF draft's structured-field String (`"<id>"`), else bare (`<id>`): origin.py.
+    idempotency_key_string: bool = True
 
     @property
     def admissions_per_second(self) -> float:
@@ -298,4 +300,5 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         jwt=_jwt(env),
         login_url=_url(env, "VQ_LOGIN_URL"),
         max_purchase_body_bytes=_positive_int(env, "VQ_MAX_PURCHASE_BODY_BYTES", 16_384),
+        idempotency_key_string=_choice(env, "VQ_IDEMPOTENCY_KEY_FORMAT", {"string": True, "bare": False}, "string"),
     )

@@ -1,9 +1,9 @@
 """The downstream purchase API (the origin): one POST, passed on as it is, with a short timeout.
 
-The exactly-once contract with origins: every forwarded purchase carries `Idempotency-Key: <entry token id>`;
-the same key may arrive again (a retry after a timeout or a 5xx) and must get the first outcome again, never a
-second order. An origin that did not take an order and kept nothing under its key may say so with
-`X-Queue-Not-Taken: true` on a non-2xx answer: the entry token is then given back.
+The exactly-once contract with origins (docs/shops.md): every forwarded purchase carries `Idempotency-Key` naming
+the entry token's id; the same key may arrive again (a retry after a timeout or a 5xx) and must get the first
+outcome again, never a second order. An origin that did not take an order and kept nothing under its key may say so
+with `X-Queue-Not-Taken: true` on a non-2xx answer: the entry token is then given back.
 """
 
 from __future__ import annotations
@@ -71,6 +71,13 @@ def forward(url: str, body: bytes, headers: dict[str, str], timeout_s: float) ->
     not_taken = not 200 <= status < 300 and (response.headers.get(NOT_TAKEN_HEADER) or "").strip().lower() == "true"
     sold_out = (response.headers.get(SOLD_OUT_HEADER) or "").strip().lower() == "true"
     return OriginAnswer(status, text, response.headers.get("Content-Type"), not_taken, sold_out)
+
+
+def idempotency_key(token_id: str, as_string: bool = True) -> str:
+    """The `Idempotency-Key` header naming `token_id`: the IETF draft's (draft-ietf-httpapi-idempotency-key-header)
+    structured-field String, `"<id>"`, or with VQ_IDEMPOTENCY_KEY_FORMAT=bare the id alone. A token id is base16,
+    so the String needs no escapes."""
+    return f'"{token_id}"' if as_string else token_id
 
 
 def _timed_out(err: BaseException) -> bool:

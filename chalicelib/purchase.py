@@ -1,6 +1,7 @@
 """The purchase gate: an entry token buys once, and the shop holds exactly one order per token.
 
-Every forwarded purchase carries `Idempotency-Key: <token id>` (see origin.py for the contract with origins).
+Every forwarded purchase carries an `Idempotency-Key` naming the token's id (see origin.py for the contract with
+origins).
 The token is given back only when the shop certainly did not take the order: nothing was sent, or the shop
 said so (`X-Queue-Not-Taken`). After a timeout or a 5xx the outcome is unknown: the token stays used, and a
 retry with it while it is valid is forwarded again under the same key, so the shop answers the first outcome.
@@ -33,7 +34,7 @@ from chalicelib.errors import (
 from chalicelib.flags import QueueSwitch
 from chalicelib.gate import check_entry, context_agrees, purchase_path, route_target
 from chalicelib.observability import count, logger
-from chalicelib.origin import OriginAnswer, forward
+from chalicelib.origin import OriginAnswer, forward, idempotency_key
 from chalicelib.outage import OutageLedger
 from chalicelib.redis_connection import StoreMoving, StoreRefused, StoreUnavailable
 from chalicelib.shop_watch import ShopWatch
@@ -154,7 +155,7 @@ class PurchaseGate:
     ) -> OriginAnswer:
         headers = {"X-Request-Id": request.request_id or uuid.uuid4().hex, "X-User-Id": user_id}
         if token is not None:
-            headers["Idempotency-Key"] = token.token_id
+            headers["Idempotency-Key"] = idempotency_key(token.token_id, self.settings.idempotency_key_string)
         if request.content_type:
             headers["Content-Type"] = request.content_type
         url = self._origin(target) + purchase_path(target)

@@ -301,6 +301,56 @@ def test_demo_shop_honours_idempotency_keys_like_a_real_shop_api():
         shop.stop()
 
 
+def test_the_demo_shop_reads_the_key_as_the_draft_s_string_or_bare_as_one_key():
+    """The draft's structured-field String (what the gate sends by default) and the bare form (VQ_IDEMPOTENCY_KEY_FORMAT
+    =bare, and every key before it) name the same key: a switch between the forms mid-sale makes no second order."""
+    from infra.local.demo_shop import DemoShop
+
+    shop = DemoShop(stock=5).start()
+
+    def order(user, key):
+        request = urllib.request.Request(
+            shop.url + "/limited-drops/1/orders",
+            data=b"{}",
+            method="POST",
+            headers={"X-User-Id": str(user), "Idempotency-Key": key},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status, json.loads(answer.read()), answer.headers.get("X-Queue-Not-Taken")
+        except urllib.error.HTTPError as answer:
+            return answer.code, json.loads(answer.read()), answer.headers.get("X-Queue-Not-Taken")
+
+    try:
+        first = order(7, '"0f3a9c2b7d1e4f5a6b8c9d"')
+        assert first[0] == 201
+        assert order(7, "0f3a9c2b7d1e4f5a6b8c9d") == first  # the bare form: the same key, the first outcome
+        assert order(7, '"0f3a9c2b7d1e4f5a6b8c9d"') == first
+        for malformed in ('"0f3a', '"a" "b"', "a b", r'"\x"'):
+            refused = order(8, malformed)
+            assert refused[0] == 400 and refused[1]["code"] == "INVALID_ARGUMENT" and refused[2] == "true"
+        summary = shop.summary()
+        assert len(summary["orders"]) == 1 and summary["replayed"] == 2
+    finally:
+        shop.stop()
+
+
+def test_a_purchase_through_the_gate_reaches_the_demo_shop_under_the_token_id(api, env, signer):
+    """The gate and the demo shop agree on the key, end to end: one order under the entry token's id."""
+    from infra.local.demo_shop import DemoShop
+    from tests.support.buying import mint
+
+    shop = DemoShop(stock=5).start()
+    try:
+        env(VQ_ORIGIN_LIMITED_DROP_URL=shop.url)
+        token = mint(signer)
+        headers = {"Content-Type": "application/json", "X-User-Id": "7", "X-Entry-Token": token.text}
+        assert api.http.post("/limited-drops/42/orders", headers=headers, body=b"{}").status_code == 201
+        assert [request["key"] for request in shop.summary()["requests"]] == [token.token_id]
+    finally:
+        shop.stop()
+
+
 def shop_order(url, user, path="/limited-drops/1/orders"):
     """A purchase at the demo shop: (status, X-Queue-Sold-Out, seconds it took)."""
     request = urllib.request.Request(url + path, data=b"{}", method="POST", headers={"X-User-Id": str(user)})

@@ -15,6 +15,7 @@ from chalicelib.purchase import PurchaseGate
 from chalicelib.store import CLOCK_SKEW_MARGIN_MS, QueueStore
 from chalicelib.targets import Target
 from chalicelib.tokens import EntryToken
+from infra.local.demo_shop import idempotency_key
 from infra.local.stack import free_port
 from tests.support.buying import DROP, buy_at_once, mint, request_for
 from tests.support.observed import counted
@@ -97,13 +98,25 @@ def test_seat_selection_goes_to_the_ticketing_downstream(api, origin, signer):
 
 
 def sent_keys(origin):
-    return [request["headers"].get("Idempotency-Key") for request in origin.requests]
+    """The keys the shop read (the draft's structured-field String, or the bare form)."""
+    return [idempotency_key(request["headers"].get("Idempotency-Key")) for request in origin.requests]
 
 
 def test_every_forwarded_purchase_carries_the_token_id_as_idempotency_key(api, origin, signer):
     token = mint(signer)
     assert buy(api, token).status_code == 201
     assert sent_keys(origin) == [token.token_id]
+
+
+@pytest.mark.parametrize("setting, form", [(None, '"{}"'), ("string", '"{}"'), ("bare", "{}")])
+def test_the_idempotency_key_is_the_drafts_structured_field_string_unless_set_bare(
+    api, env, origin, signer, setting, form
+):
+    if setting is not None:
+        env(VQ_IDEMPOTENCY_KEY_FORMAT=setting)
+    token = mint(signer)
+    assert buy(api, token).status_code == 201
+    assert [request["headers"]["Idempotency-Key"] for request in origin.requests] == [form.format(token.token_id)]
 
 
 def test_downstream_500_keeps_the_token_used_and_the_retry_goes_again_under_the_same_key(api, origin, signer, capsys):

@@ -11,7 +11,9 @@ load and double purchases by).
 
 Like a real shop API it honours `Idempotency-Key` (the gate sends the entry token's id): the first outcome
 under a key (an order, or a refusal for stock) is kept and answered again to every request with that key,
-which never makes a second order; a key sent again for another item or user answers 422. A 400 keeps nothing.
+which never makes a second order; a key sent again for another item or user answers 422. A 400 keeps nothing. The
+key is read as the IETF draft's structured-field String (`"..."`, what the gate sends by default) or bare (what it
+sends with VQ_IDEMPOTENCY_KEY_FORMAT=bare), the two forms of one key naming the same key (`idempotency_key`).
 
 When an item's stock runs out, the answer that sells the last unit, and every refusal for stock after it, carry
 `X-Queue-Sold-Out: true` (`says_sold_out`): the waiting room then closes that line. With `capacity_per_s` the
@@ -42,11 +44,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from chalicelib.origin import SOLD_OUT_HEADER  # noqa: E402
+from chalicelib.origin import NOT_TAKEN_HEADER, SOLD_OUT_HEADER  # noqa: E402
 from chalicelib.targets import TARGET_TYPES  # noqa: E402
 
 POSITIVE_ID = r"[1-9][0-9]{0,17}"
 USER_ID = re.compile(r"[\x21-\x7e]{1,128}")  # as the waiting room's (chalicelib/targets.py)
+# The draft's (draft-ietf-httpapi-idempotency-key-header) structured-field String (RFC 9651), and the bare form.
+SF_STRING = re.compile(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"')
+BARE_KEY = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 STATE = re.compile(r"[A-Za-z0-9_-]{1,128}")  # the waiting-room page's sign-in state, handed back as it came
 # Every target type's purchase path, as a real downstream would serve it.
 ITEM_PATH = re.compile(
@@ -160,6 +165,20 @@ class DemoShop:
         return 409, {"code": code, "detail": detail}
 
 
+def idempotency_key(header: str | None) -> str | None:
+    """The key an `Idempotency-Key` header names: a structured-field String unquoted, or the bare form as it is
+    (None without the header). ValueError for anything else: a shop reads the two forms of one key as one key."""
+    if header is None:
+        return None
+    text = header.strip(" \t")
+    string = SF_STRING.fullmatch(text)
+    if string is not None:
+        return re.sub(r"\\(.)", r"\1", string[1])
+    if BARE_KEY.fullmatch(text):
+        return text
+    raise ValueError("Idempotency-Key must be a structured-field String (the draft's) or a bare token")
+
+
 SIGN_IN = """<!doctype html><html lang="en"><meta charset="utf-8"><title>Sign in: demo shop</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <form method="get" action="/login" style="font: 1rem system-ui; max-width: 24rem; margin: 3rem auto">
@@ -180,7 +199,12 @@ def _handler(shop: DemoShop) -> type[BaseHTTPRequestHandler]:
             elif not USER_ID.fullmatch(user):
                 self._answer(400, {"code": "INVALID_ARGUMENT", "detail": "X-User-Id must be a user id"})
             else:
-                status, body = shop.order(self.path, user, self.headers.get("Idempotency-Key"))
+                try:
+                    key = idempotency_key(self.headers.get("Idempotency-Key"))
+                except ValueError as err:  # nothing taken, nothing kept: the gate may give the token back
+                    self._answer(400, {"code": "INVALID_ARGUMENT", "detail": str(err)}, {NOT_TAKEN_HEADER: "true"})
+                    return
+                status, body = shop.order(self.path, user, key)
                 sold_out = shop.says_sold_out and shop.sold_out(self.path)
                 self._answer(status, body, {SOLD_OUT_HEADER: "true"} if sold_out else {})
 

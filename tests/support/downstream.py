@@ -1,10 +1,13 @@
 """A real downstream shop for the purchase routes' tests, on 127.0.0.1, honouring Idempotency-Key as a real shop
-API does: the first outcome under a key is kept and answered again to every retry with that key."""
+API does: the first outcome under a key (read as the demo shop reads it, in either form) is kept and answered again
+to every retry with that key."""
 
 import contextlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from infra.local.demo_shop import idempotency_key
 
 
 class Origin:
@@ -55,7 +58,7 @@ class Origin:
     def handle(self, path, headers, body):
         with self.lock:
             self.requests.append({"path": path, "headers": headers, "body": body})
-            key = headers.get("Idempotency-Key")
+            key = idempotency_key(headers.get("Idempotency-Key"))  # either form, as the demo shop reads it
             if key is not None and key in self.outcomes:
                 return (*self.outcomes[key], {}, 0)
             status, answer, options = (self.answers.pop(0) + ({},))[:3] if self.answers else (201, None, {})
