@@ -293,11 +293,23 @@ def test_default_limits_fit_the_account_quota_and_what_reaches_the_origin_behind
 
 
 @pytest.mark.slow
-def test_api_gateways_own_answers_are_never_stored(openapi):
+def test_api_gateways_own_answers_are_never_stored_nor_sniffed(openapi):
     responses = openapi["x-amazon-apigateway-gateway-responses"]
     assert {"DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)  # every type nobody set (429 THROTTLED among them)
     for kind, response in responses.items():
         assert response["responseParameters"]["gatewayresponse.header.Cache-Control"] == "'no-store'", kind
+        assert response["responseParameters"]["gatewayresponse.header.X-Content-Type-Options"] == "'nosniff'", kind
+
+
+@pytest.mark.slow
+def test_the_edges_own_answers_say_nosniff(resources):
+    """What the WAF and the distribution answer themselves carries nosniff as the app's answers do."""
+    blocks = [rule["Action"]["Block"]["CustomResponse"] for rule in rules(resources).values()]
+    assert blocks and all(
+        {"Name": "X-Content-Type-Options", "Value": "nosniff"} in block["ResponseHeaders"] for block in blocks
+    )
+    security = resources["EdgeResponseHeaders"]["Properties"]["ResponseHeadersPolicyConfig"]["SecurityHeadersConfig"]
+    assert "ContentTypeOptions" in security
 
 
 def waf_resources(resources):
