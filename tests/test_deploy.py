@@ -322,7 +322,7 @@ def test_the_serverless_cache_is_an_option_with_the_same_token_and_no_storage_ca
 
 
 @pytest.mark.slow
-def test_functions_find_redis_and_secrets_but_never_hold_one(resources):
+def test_functions_find_redis_and_secrets_but_never_hold_one(template, resources):
     for function in ("APIHandler", "AdmissionPump", "FlagSync"):
         env = env_of(resources, function)
         condition, nodes, serverless = env["REDIS_URL"]["Fn::If"]
@@ -340,6 +340,8 @@ def test_functions_find_redis_and_secrets_but_never_hold_one(resources):
     assert env_of(resources, "APIHandler")["VQ_FAIL_MODE"] == {"Ref": "FailMode"}
     assert env_of(resources, "APIHandler")["VQ_ORIGIN_LIMITED_DROP_URL"] == {"Ref": "OriginLimitedDropUrl"}
     assert env_of(resources, "APIHandler")["VQ_ORIGIN_TICKETING_URL"] == {"Ref": "OriginTicketingUrl"}
+    assert env_of(resources, "APIHandler")["VQ_IDEMPOTENCY_KEY_FORMAT"] == {"Ref": "IdempotencyKeyFormat"}
+    assert template["Parameters"]["IdempotencyKeyFormat"]["AllowedValues"] == ["string", "bare"]
     # Deployed, a target exists only once an operator opened it.
     assert env_of(resources, "APIHandler")["VQ_TARGETS_OPEN_ON_FIRST_USE"] == "false"
 
