@@ -28,7 +28,7 @@ class Waiting:
     mark: int | None = None  # the admitted mark
     batch: int = 0  # the batch and tick length in force
     tick_ms: int = 0
-    drawn: int = 0  # the highest number the opening draw dealt anew; -1: not settled
+    drawn: int = 0  # -1 while an opening is pending: the line's numbers are not settled
     departures: Departures | None = None
 
 
@@ -169,7 +169,7 @@ class TargetTick:
     evicted: int
     idle: bool  # nobody left in line: the target's registration was dropped
     server_ms: int  # Redis TIME when the tick ran
-    needs_draw: bool  # the target has opened and its pre-queue waits for the opening draw
+    needs_draw: bool  # the target has opened and is still moving its pre-queue into the line (admit.lua)
     tick_ms: int  # the target's configuration in force: tick length, batch,
     batch: int
     max_waiting: int | None  # ...and its own capacity and max-active, if set

@@ -1,11 +1,12 @@
-"""The opening draw: at opensAt, everyone in the pre-queue gets a place in line in a uniformly random order.
+"""The opening draw: everyone in the pre-queue stands in line in a uniformly random order, fixed before they entered.
 
-The order is HMAC-SHA256(seed, user id), ascending, with a 256-bit seed from `secrets` drawn when an opensAt is
-configured (commit-reveal, docs/guarantees.md#the-opening-draw): only its commitment, the SHA-256 of its text, is
-published until the draw, then the seed. Nobody can predict the order before the opening, the seed was fixed
-before anyone entered the pre-queue, and anyone given the seed and the pre-queue can check the order
-afterwards. The drawn users take the arrival numbers the pre-queue handed out (a block of seqs nobody else
-holds), so they all land ahead of everyone who entered after the opening.
+Each pre-queued user's seq is drawn as they enter (lua/enter.lua), from a 256-bit seed drawn with `secrets` when an
+opensAt is configured (commit-reveal, docs/guarantees.md#the-opening-draw): HMAC-SHA1(seed, user id), its first 52
+bits as a fraction of the pre-queue's block of seqs, which the first entry fixes above every seq handed out before
+and the counter jumps over, so the whole pre-queue stands ahead of everyone who enters after the opening. Only the
+seed's commitment, the SHA-256 of its text, is published until the opening, then the seed: nobody could choose it
+after seeing who entered, and anyone given it can recompute every place with `drawn_seq`. The opening itself only
+makes the pre-queue the line (lua/admit.lua), whatever its size.
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable
 
-from chalicelib.observability import logger
-from chalicelib.store import QueueStore
-from chalicelib.targets import Target
-
-PLACEMENTS_PER_CALL = 1000  # bounds how long one script holds Redis
+FRACTION_BITS = 52  # of the HMAC: the most a Lua number (a double) holds exactly
 
 
 def new_seed() -> tuple[str, str]:
@@ -33,29 +30,14 @@ def commitment(seed: str) -> str:
     return hashlib.sha256(seed.encode("utf-8")).hexdigest()
 
 
-def draw_order(seed: bytes, entrants: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
-    """(user id, seq) for each (user id, arrival number) entrant: the arrival numbers, dealt in the seed's order."""
-    numbers = sorted(number for _, number in entrants)
-    shuffled = sorted(
-        (user for user, _ in entrants), key=lambda user: hmac.new(seed, user.encode(), hashlib.sha256).digest()
-    )
-    return list(zip(shuffled, numbers, strict=True))
+def drawn_seq(seed: str, user_id: str, first: int, last: int) -> int:
+    """The seq the draw gives `user_id` in the block first..last: the same arithmetic as enter.lua's, in doubles."""
+    digest = hmac.new(bytes.fromhex(seed), user_id.encode(), hashlib.sha1).hexdigest()
+    fraction = int(digest[: FRACTION_BITS // 4], 16) / 2**FRACTION_BITS
+    return first + int(fraction * float(last - first + 1))
 
 
-def open_target(store: QueueStore, target: Target, now_ms: int) -> int:
-    """Place the target's pre-queue in line by the draw; returns how many were placed.
-
-    Safe to repeat or to run twice at once: a draw that was begun keeps its seed, so every run deals the
-    same order, and placing a user is idempotent. The draw uses the seed committed when the opening was
-    configured (a fresh one only for a target configured before seeds were committed).
-    """
-    seed, done = store.begin_draw(target, new_seed()[0])
-    if done:
-        return 0
-    placements = draw_order(bytes.fromhex(seed), store.pre_queue(target))
-    for start in range(0, len(placements), PLACEMENTS_PER_CALL):
-        store.place_drawn(target, placements[start : start + PLACEMENTS_PER_CALL], now_ms)
-    store.finish_draw(target, len(placements), now_ms)
-    # The seed is published once it can no longer help anyone: the draw is done.
-    logger.info("opening draw", extra={"target": str(target), "seed": seed, "placed": len(placements)})
-    return len(placements)
+def draw_order(seed: str, users: Iterable[str], first: int, last: int) -> list[tuple[str, int]]:
+    """(user id, seq) for each user, in line order: by drawn seq, then by user id (as Redis orders equal seqs)."""
+    drawn = ((user, drawn_seq(seed, user, first, last)) for user in users)
+    return sorted(drawn, key=lambda placed: (placed[1], placed[0].encode()))

@@ -18,7 +18,6 @@ from chalicelib.answers import TargetTick
 from chalicelib.config import Settings
 from chalicelib.events import Publisher, PublisherLoop
 from chalicelib.observability import NAMESPACE, SERVICE, count, logger
-from chalicelib.opening import open_target
 from chalicelib.redis_connection import MOVING, REDIS_FAILURES, is_cluster
 from chalicelib.store import PumpRules, QueueStore
 from chalicelib.targets import Target
@@ -191,11 +190,10 @@ class Pump:
             nonce = nonces[target]
             if result.idle and nonce is not None:
                 idle[target] = nonce
-            if result.needs_draw:
-                errors += self._open(target, result.server_ms)
         # The admission rate owed to the targets with users still waiting, per tick (also when 0: a heartbeat).
-        # The alarm on a stalled pump compares the admissions made against it. A max-active cap or a pending
-        # opening draw may hold a target back on purpose: those owe nothing that can be told apart from a stall.
+        # The alarm on a stalled pump compares the admissions made against it. A max-active cap or an opening
+        # still moving its pre-queue into the line may hold a target back on purpose: those owe nothing that can be
+        # told apart from a stall.
         # A paused or sold-out target owes nothing, one following its shop's health (originSlo) what that allows.
         rates = [
             r.per_tick * 1000 / r.tick_ms
@@ -250,16 +248,6 @@ class Pump:
         except REDIS_FAILURES:
             # Unknown is not idle: tick, and let the tick count the failure.
             return True
-
-    def _open(self, target: Target, now_ms: int) -> int:
-        """Run the target's opening draw; the number of errors (0 or 1): a failed draw is retried next tick."""
-        try:
-            open_target(self.store, target, now_ms)
-            return 0
-        except Exception:
-            logger.exception("opening draw failed", extra={"target": str(target)})
-            count("PumpErrors", target)
-            return 1
 
     def _hold_lock(self) -> bool:
         if self.holding:

@@ -307,15 +307,13 @@ class WaitingRoom:
             # The next opening's seed is drawn: only its commitment is published until the draw.
             body["openingDraw"] = {"commitment": figures.commitment}
         elif draw.get("state") == "done":
-            # The seed is published once the draw is over, so anyone can check it and the order it dealt.
-            body["openingDraw"] = {
-                **({"commitment": draw["commitment"]} if "commitment" in draw else {}),
-                "seed": draw["seed"],
-                "placed": int(draw["placed"]),
-                "drawnAt": iso_time(int(draw["drawn_at_ms"])),
-            }
-        elif "commitment" in draw:
-            body["openingDraw"] = {"commitment": draw["commitment"]}  # drawing now
+            # The seed is published once the line is open, so anyone can check it and recompute every drawn place
+            # in the block of seqs the pre-queue was drawn in (chalicelib/opening.py's draw_order).
+            opened: dict = {name: draw[name] for name in ("commitment", "seed") if name in draw}
+            if "first" in draw:
+                opened |= {"firstSeq": int(draw["first"]), "lastSeq": int(draw["last"])}
+            opened |= {"placed": int(draw["placed"]), "drawnAt": iso_time(int(draw["drawn_at_ms"]))}
+            body["openingDraw"] = opened
         return body
 
     def config(self, target: Target) -> ConfigAnswer:

@@ -121,7 +121,7 @@ CONTRACTS: dict[str, Contract] = {
         },
     ),
     "leave": Contract(
-        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "draw", "events", "ended"),
+        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "events", "ended"),
         args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS),
         reporting=True,
     ),
@@ -149,13 +149,6 @@ CONTRACTS: dict[str, Contract] = {
         replies={
             "WRITTEN": ("version",), "CHANGED": ("version",), "ALREADY_OPEN": ("version",), "UNKNOWN_TARGET": (),
         },
-    ),
-    "draw_begin": Contract(keys=("draw", "config", "prequeue"), args=("fresh_seed",), reply=("seed", "done")),
-    "draw_place": Contract(keys=("waiting", "heartbeat", "prequeue"), args=("now_ms",), rest="placements"),
-    "draw_finish": Contract(
-        keys=("draw", "prequeue", "events", "stats"),
-        args=("placed", "now_ms", *OUTBOX_ARGS),
-        reporting=True,
     ),
     "admit": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "tick", "stats", "waits", "admissions", "config", "prequeue",

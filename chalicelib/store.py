@@ -14,7 +14,7 @@ import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Any
 
 from redis.lock import Lock
 
@@ -109,9 +109,6 @@ class QueueStore:
         self._leave = load_script(client, "leave")
         self._stats = load_script(client, "stats")
         self._configure = load_script(client, "configure")
-        self._draw_begin = load_script(client, "draw_begin")
-        self._draw_place = load_script(client, "draw_place")
-        self._draw_finish = load_script(client, "draw_finish")
         self._admit = load_script(client, "admit")
         self._evict = load_script(client, "evict")
         self._forget_target = load_script(client, "forget_target")
@@ -241,7 +238,6 @@ class QueueStore:
             prequeue=k.prequeue,
             active=k.active,
             revoked=k.revoked,
-            draw=k.draw,
             events=k.events,
             ended=k.ended,
             user_id=user_id,
@@ -485,45 +481,6 @@ class QueueStore:
         for config_key in known:
             self.client.hset(config_key, "flag_version", version)
         return len(known)
-
-    def begin_draw(self, target: Target, fresh_seed: str) -> tuple[str, bool]:
-        """The seed of the target's opening draw (`fresh_seed` unless one was begun already), and whether it is done."""
-        k = self.keys(target)
-        begun = self._draw_begin.read(
-            self._draw_begin(draw=k.draw, config=k.config, prequeue=k.prequeue, fresh_seed=fresh_seed)
-        )
-        return begun.seed, begun.done == 1
-
-    def pre_queue(self, target: Target) -> list[tuple[str, int]]:
-        """Everyone waiting for the opening, as (user id, arrival number)."""
-        entrants = cast(
-            "list[tuple[str, float]]", self.client.zrange(self.keys(target).prequeue, 0, -1, withscores=True)
-        )
-        return [(user, int(number)) for user, number in entrants]
-
-    def place_drawn(self, target: Target, placements: Sequence[tuple[str, int]], now_ms: int) -> None:
-        """Put drawn users in line at their dealt seqs (users who left the pre-queue meanwhile stay out)."""
-        k = self.keys(target)
-        self._draw_place(
-            [x for pair in placements for x in pair],
-            waiting=k.waiting,
-            heartbeat=k.heartbeat,
-            prequeue=k.prequeue,
-            now_ms=now_ms,
-        )
-
-    def finish_draw(self, target: Target, placed: int, now_ms: int) -> None:
-        """Record the draw as done, which lets the pump admit again."""
-        k = self.keys(target)
-        self._draw_finish(
-            draw=k.draw,
-            prequeue=k.prequeue,
-            events=k.events,
-            stats=k.stats,
-            placed=placed,
-            now_ms=now_ms,
-            **self.outbox,
-        )
 
     def pending_events(self, targets: Sequence[Target], count: int) -> dict[Target, tuple[list, int]]:
         """Each target's oldest `count` unpublished events, as (entry id, {field: value}), and how many events its

@@ -13,13 +13,15 @@
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users
 --                     waiting
 -- KEYS[9] config      hash: the target's own batch, tick_ms, max_active, opens_at_ms, max_waiting, paused, sold_out,
---                     slo_p95_ms, slo_error_rate, safety_net (else the defaults below)
--- KEYS[10] prequeue   zset: user id -> arrival seq, before opening
--- KEYS[11] draw       hash: opens_at_ms and state ('drawing' | 'done') of the opening's pre-queue draw
+--                     slo_p95_ms, slo_error_rate, safety_net (else the defaults below); draw_seed and
+--                     draw_commitment, revealed (and taken out) at the opening
+-- KEYS[10] prequeue   zset: user id -> drawn seq, before opening: the line's from the opening on
+-- KEYS[11] draw       hash: the opening draw's record: opens_at_ms, state ('done': opened), and the revealed seed,
+--                     commitment, placed and drawn_at_ms
 -- KEYS[12] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- KEYS[13] health     hash: `allowed`, the users per tick the shop's health allows (adjust_rate.lua); read only
 --                     when the target has an originSlo
--- KEYS[14] events     the target's outbox stream (outbox.lua): UserAdmitted for each user admitted
+-- KEYS[14] events     the target's outbox stream (outbox.lua): UserAdmitted for each user admitted, TargetOpened
 -- KEYS[15] ended      zset: user id -> seq of their last entry that ended on purpose (its records the mark passed
 --                     are dropped: status.lua restores no such seq)
 -- KEYS[16] budget     hash: the admissions counted against each tick (budget.lua): the safety net's since the last
@@ -44,7 +46,7 @@
 -- Returns {applied_tick, admitted, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active,
 --   paused, sold_out, per_tick, fenced_from, fenced_to}:
 --   applied tick (0 if already applied), admitted now, mark, waiting not yet admitted, server time (ms), the
---   pre-queue needs its opening draw (0|1), tick length (ms), batch, max waiting or 0, max active or 0, paused
+--   opening is still moving the pre-queue into the line (0|1), tick length (ms), batch, max waiting or 0, max active or 0, paused
 --   (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held), and the
 --   range of seqs a failover fenced by this call may have lost (0, 0: no fence)
 local waiting, heartbeat, seq, mark, tick, stats, waits, admissions, config, prequeue, draw, active, health,
@@ -113,15 +115,79 @@ local function keep_alive()
   end
 end
 
--- At opening, nobody is admitted until the pre-queue has been placed in line (the pump's draw). The tick
--- counts as applied, so the line starts at the configured rate rather than catching up on the wait.
+-- The opening (docs/guarantees.md#the-opening-draw). The pre-queue took its drawn places as it entered, so opening
+-- makes it the line (a RENAME, when nobody waits in line yet; else the smaller of the two moves into the larger, at
+-- most OPENING_MOVE users a tick, admitting nobody until it is done) and reveals the seed. Then this tick admits.
+local OPENING_MOVE = 5000
 local opens_at = tonumber(config_values[4])
 if opens_at and now >= opens_at then
-  local draw_record = redis.call('HMGET', draw, 'opens_at_ms', 'state')
-  if draw_record[1] ~= config_values[4] or draw_record[2] ~= 'done' then
-    redis.call('SET', tick, tick_number * tick_ms, 'PX', idle_ttl_ms)
-    keep_alive()
-    return answer(tick_number, 0, waiting_count, 1)
+  local drawn_for, draw_state, drawn_with = unpack(redis.call('HMGET', draw, 'opens_at_ms', 'state', 'commitment'))
+  if drawn_for ~= config_values[4] or draw_state ~= 'done' then
+    local in_line, pre_queued = redis.call('ZCARD', waiting), redis.call('ZCARD', prequeue)
+    local seed, commitment = unpack(redis.call('HMGET', config, 'draw_seed', 'draw_commitment'))
+    -- The record is this opening's if its pre-queue was drawn with this seed, or a tick began opening it already;
+    -- else it is an earlier opening's.
+    if drawn_for ~= config_values[4] and not (commitment and drawn_with == commitment) then
+      redis.call('DEL', draw)
+    end
+    redis.call('HSET', draw, 'opens_at_ms', config_values[4])
+    redis.call('HSETNX', draw, 'placed', pre_queued)
+    if in_line == 0 and pre_queued > 0 then
+      redis.call('RENAME', prequeue, waiting)
+    elseif pre_queued > 0 then
+      -- ZRANGE's member, score pairs as ZADD's score, member pairs, and the members, in chunks: Lua's stack bounds
+      -- how many arguments one call may take.
+      local function chunks(moving)
+        local found = {}
+        for i = 1, #moving, 2000 do
+          local scored, users = {}, {}
+          for n = i, math.min(i + 1999, #moving), 2 do
+            scored[#scored + 1] = moving[n + 1]
+            scored[#scored + 1] = moving[n]
+            users[#users + 1] = moving[n]
+          end
+          found[#found + 1] = {scored, users}
+        end
+        return found
+      end
+      local left
+      if in_line < pre_queued then
+        for _, chunk in ipairs(chunks(redis.call('ZRANGE', waiting, 0, OPENING_MOVE - 1, 'WITHSCORES'))) do
+          redis.call('ZADD', prequeue, unpack(chunk[1]))
+          redis.call('ZREM', waiting, unpack(chunk[2]))
+        end
+        left = redis.call('ZCARD', waiting)
+        if left == 0 then
+          redis.call('RENAME', prequeue, waiting)
+        end
+      else
+        for _, chunk in ipairs(chunks(redis.call('ZRANGE', prequeue, 0, OPENING_MOVE - 1, 'WITHSCORES'))) do
+          redis.call('ZADD', waiting, unpack(chunk[1]))
+          redis.call('ZREM', prequeue, unpack(chunk[2]))
+        end
+        left = redis.call('ZCARD', prequeue)
+      end
+      if left > 0 then
+        redis.call('SET', tick, tick_number * tick_ms, 'PX', idle_ttl_ms)
+        keep_alive()
+        return answer(tick_number, 0, waiting_count, 1)
+      end
+    end
+    redis.call('HSET', draw, 'state', 'done', 'drawn_at_ms', now)
+    redis.call('PEXPIRE', draw, idle_ttl_ms)
+    local placed = redis.call('HGET', draw, 'placed')
+    if seed then
+      -- The seed is revealed once it can no longer help anyone: the line is open. The next opening commits anew.
+      redis.call('HSET', draw, 'seed', seed, 'commitment', commitment)
+      redis.call('HDEL', config, 'draw_seed', 'draw_commitment')
+      emit('TargetOpened', 'seed', seed, 'placed', placed, 'opens_at_ms', config_values[4], 'commitment', commitment)
+    else
+      emit('TargetOpened', 'placed', placed, 'opens_at_ms', config_values[4])
+    end
+    collecting = redis.call('ZCOUNT', waiting, '-inf', mark_text)
+    waiting_count = redis.call('ZCARD', waiting) - collecting
+    -- This tick admits one tick's batch: the line starts at the configured rate, not catching up on the wait.
+    last = tick_number * tick_ms - tick_ms
   end
 end
 

@@ -1,11 +1,11 @@
 -- enter.lua: put a user in line, idempotently, or hand back what they already hold.
--- Before the target opens (config opens_at_ms), newcomers wait in the pre-queue, to be placed in a
--- fair random order at opening; once the pump began that draw, newcomers queue behind in arrival order.
+-- Before the target opens (config opens_at_ms), newcomers wait in the pre-queue, each at the place the opening draw
+-- gives them (a seq drawn from the committed seed); once the pump opened the line, newcomers queue behind it.
 -- With the safety net on (config safety_net), a newcomer nobody waits ahead of is admitted at once while the
 -- tick's budget lasts (lua/budget.lua): one round trip, no poll.
 -- KEYS[1] waiting     zset: user id -> seq (users in line, admitted ones until they collect their token)
--- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
--- KEYS[3] seq         the last sequence number handed out (pre-queue arrivals take theirs from it too)
+-- KEYS[2] heartbeat   zset: user id -> last poll time (ms); a pre-queued user's is the opening
+-- KEYS[3] seq         the last sequence number handed out (the pre-queue's block of seqs lies below it)
 -- KEYS[4] mark        admitted mark: a user whose seq <= mark is admitted (a new line's starts below its first seq)
 -- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
@@ -14,9 +14,11 @@
 --                     and the time they are a rate of)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
 --                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only, safety_net,
---                     max_active
--- KEYS[9] prequeue    zset: user id -> arrival seq, before opening
--- KEYS[10] draw       hash: opens_at_ms of the opening whose draw the pump has begun
+--                     max_active, draw_seed (the opening's committed seed)
+-- KEYS[9] prequeue    zset: user id -> drawn seq, before opening
+-- KEYS[10] draw       hash: `first` and `last`, the block of seqs the pre-queue's places are drawn in, fixed by its
+--                     first entry for the seed whose `commitment` it records; opens_at_ms and `state` ('done') of
+--                     the opening that made the pre-queue the line
 -- KEYS[11] active     zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- KEYS[12] budget     hash: the admissions counted against the current tick (budget.lua), for the safety net
 -- KEYS[13] events     the target's outbox stream (outbox.lua): UserAdmitted for a user the safety net admits
@@ -47,7 +49,7 @@
 --   {'WAITING', seq, ahead, rate, paused, created, register, left, evicted, waiting_user_ms}  seq, users ahead,
 --     admissions per second, paused (0|1), created (0|1), target needs registering (0|1), and the counters the
 --     ETA's range comes from (chalicelib/eta.py)
---   {'PRE_QUEUE', arrival, opens_at_ms, created, register}  arrival seq, opens at (ms), created (0|1), target needs
+--   {'PRE_QUEUE', arrival, opens_at_ms, created, register}  drawn seq, opens at (ms), created (0|1), target needs
 --     registering (0|1)
 --   {'FULL'}
 --   {'CLOSED'}
@@ -115,6 +117,43 @@ if seq_number and seq_number <= mark_number then
   return {'ADMITTED', held, 1}
 end
 
+-- The next seq (docs/failover.md#the-fences): above the last one handed out and never below the server clock in
+-- microseconds, so a promoted replica that lacks the newest entries hands out seqs above theirs without waiting for
+-- anyone to notice the failover. The clock is almost always ahead: one SET ... GET. Returns it as text, and the
+-- server time (ms).
+local function next_seq()
+  local time = redis.call('TIME')
+  local number = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local text = string.format('%d', number)
+  local before = redis.call('SET', seq, text, 'KEEPTTL', 'GET')
+  if before and tonumber(before) >= number then
+    text = string.format('%d', tonumber(before) + 1)
+    redis.call('SET', seq, text, 'KEEPTTL')
+  elseif not before then
+    -- A new line: its mark starts just below its first seq, so no ticket of an earlier line restores a place in it.
+    mark_text = string.format('%d', number - 1)
+    redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
+  end
+  return text, tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- The opening draw's order (chalicelib/opening.py's drawn_seq is the same function): HMAC-SHA1(seed, user id),
+-- its first 52 bits as a fraction of the pre-queue's block of seqs. SHA-1 because it is the hash Redis' Lua has.
+local MIN_BLOCK_US = 1000000 -- a block spans at least a second of seqs (the failover fence's margin)
+local function bytes_of(hex)
+  return (string.gsub(hex, '..', function(pair) return string.char(tonumber(pair, 16)) end))
+end
+local function drawn_seq(seed, user, first, last)
+  local key, inner, outer = bytes_of(seed), {}, {}
+  for i = 1, 64 do
+    local byte = string.byte(key, i) or 0
+    inner[i] = string.char(bit.bxor(byte, 0x36))
+    outer[i] = string.char(bit.bxor(byte, 0x5c))
+  end
+  local digest = redis.sha1hex(table.concat(outer) .. bytes_of(redis.sha1hex(table.concat(inner) .. user)))
+  return first + math.floor(tonumber(string.sub(digest, 1, 13), 16) / 4503599627370496 * (last - first + 1))
+end
+
 local arrival = tonumber(redis.call('ZSCORE', prequeue, user_id))
 local created = 0
 local ahead
@@ -129,54 +168,66 @@ if not seq_number and not arrival then
   if ahead + redis.call('ZCARD', prequeue) >= tonumber(config_values[3] or default_max_waiting) then
     return {'FULL'}
   end
-  -- The seq fence (docs/failover.md#the-fences): a seq is above the last one handed out and never below the
-  -- server clock in microseconds, so a promoted replica that lacks the newest entries hands out seqs above
-  -- theirs without waiting for anyone to notice the failover. The clock is almost always ahead: one SET ... GET.
-  local time = redis.call('TIME')
-  local number = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  seq_text = string.format('%d', number)
-  local last = redis.call('SET', seq, seq_text, 'KEEPTTL', 'GET')
-  if last and tonumber(last) >= number then
-    number = tonumber(last) + 1
-    seq_text = string.format('%d', number)
-    redis.call('SET', seq, seq_text, 'KEEPTTL')
-  elseif not last then
-    -- A new line: its mark starts just below its first seq, so no ticket of an earlier line restores a place in it.
-    mark_text = string.format('%d', number - 1)
-    redis.call('SET', mark, mark_text, 'PX', idle_ttl_ms)
-  end
-  -- The safety net: with nobody waiting ahead, not paused and the opening's draw (if any) done, the newcomer is
-  -- admitted now if maxActive has room and the tick's budget, which the pump shares, lasts.
-  if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and redis.call('ZCARD', prequeue) == 0 then
-    local server_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-    local max_active = tonumber(redis.call('HGET', config, 'max_active'))
-    if max_active then
-      redis.call('ZREMRANGEBYSCORE', active, '-inf', server_ms)
-    end
-    passes = (not config_values[4]
-        or redis.call('HGET', draw, 'opens_at_ms') == config_values[4] and redis.call('HGET', draw, 'state') == 'done')
-      and (not max_active
-        or redis.call('ZCOUNT', waiting, '-inf', mark_text) + redis.call('ZCARD', active) < max_active)
-      and tick_budget(budget, idle_ttl_ms).take(server_ms, tonumber(config_values[2] or default_tick_ms),
-        tonumber(config_values[1] or default_batch))
-  end
   local opens_at = tonumber(config_values[4])
-  if opens_at and now < opens_at and redis.call('HGET', draw, 'opens_at_ms') ~= config_values[4] then
-    arrival = number
-    redis.call('ZADD', prequeue, seq_text, user_id)
-  elseif passes then
-    -- An entry number like any newcomer's, and the mark past it: seq <= mark still means admitted.
-    held = seq_text .. ' ' .. grant_expires_s .. '.' .. string.sub(redis.sha1hex(entry_key .. '|' .. seq_text), 1, 22)
-    redis.call('SET', token, held, 'PX', grant_ttl_ms)
-    redis.call('SET', mark, seq_text, 'PX', idle_ttl_ms)
-    redis.call('ZADD', active, grant_expires_ms, user_id)
-    redis.call('PEXPIRE', active, idle_ttl_ms, 'NX')
-    redis.call('HINCRBY', stats, 'passed_through', 1)
-    redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
-    outbox(events, stats, outbox_cap, outbox_ttl_ms)('UserAdmitted', 'user', user_id, 'seq', seq_text, 'queued', '0')
+  local drawn_for, draw_state, first, last, drawn_with
+  if opens_at then
+    drawn_for, draw_state, first, last, drawn_with = unpack(redis.call('HMGET', draw, 'opens_at_ms', 'state', 'first',
+      'last', 'commitment'))
+  end
+  if opens_at and now < opens_at and not (drawn_for == config_values[4] and draw_state == 'done') then
+    -- The pre-queue: the newcomer's place is drawn now (docs/guarantees.md#the-opening-draw), from the seed committed
+    -- with the opening, inside a block of seqs that the first entry fixes above every seq handed out before and the
+    -- counter then jumps over, so everyone who enters after the opening stands behind the whole pre-queue.
+    local seed, commitment = unpack(redis.call('HMGET', config, 'draw_seed', 'draw_commitment'))
+    if not seed then
+      -- An opening configured before seeds were committed: its pre-queue keeps arrival order.
+      arrival = tonumber((next_seq()))
+    else
+      -- The block belongs to the seed (which moving the opening keeps), recorded by its commitment.
+      if drawn_with ~= commitment then
+        first = (next_seq())
+        last = string.format('%d', math.max(opens_at * 1000 - 1, tonumber(first) + MIN_BLOCK_US - 1))
+        redis.call('SET', seq, last, 'KEEPTTL')
+        redis.call('DEL', draw)
+        redis.call('HSET', draw, 'commitment', commitment, 'first', first, 'last', last)
+        redis.call('PEXPIRE', draw, idle_ttl_ms)
+      end
+      arrival = drawn_seq(seed, user_id, tonumber(first), tonumber(last))
+    end
+    redis.call('ZADD', prequeue, string.format('%d', arrival), user_id)
+    -- Their heartbeat starts at the opening: they have no place to poll before it.
+    redis.call('ZADD', heartbeat, config_values[4], user_id)
   else
-    seq_number = number
-    redis.call('ZADD', waiting, seq_text, user_id)
+    local server_ms
+    seq_text, server_ms = next_seq()
+    local number = tonumber(seq_text)
+    -- The safety net: with nobody waiting ahead, not paused and the opening's draw (if any) done, the newcomer is
+    -- admitted now if maxActive has room and the tick's budget, which the pump shares, lasts.
+    if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and redis.call('ZCARD', prequeue) == 0 then
+      local max_active = tonumber(redis.call('HGET', config, 'max_active'))
+      if max_active then
+        redis.call('ZREMRANGEBYSCORE', active, '-inf', server_ms)
+      end
+      passes = (not opens_at or drawn_for == config_values[4] and draw_state == 'done')
+        and (not max_active
+          or redis.call('ZCOUNT', waiting, '-inf', mark_text) + redis.call('ZCARD', active) < max_active)
+        and tick_budget(budget, idle_ttl_ms).take(server_ms, tonumber(config_values[2] or default_tick_ms),
+          tonumber(config_values[1] or default_batch))
+    end
+    if passes then
+      -- An entry number like any newcomer's, and the mark past it: seq <= mark still means admitted.
+      held = seq_text .. ' ' .. grant_expires_s .. '.' .. string.sub(redis.sha1hex(entry_key .. '|' .. seq_text), 1, 22)
+      redis.call('SET', token, held, 'PX', grant_ttl_ms)
+      redis.call('SET', mark, seq_text, 'PX', idle_ttl_ms)
+      redis.call('ZADD', active, grant_expires_ms, user_id)
+      redis.call('PEXPIRE', active, idle_ttl_ms, 'NX')
+      redis.call('HINCRBY', stats, 'passed_through', 1)
+      redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
+      outbox(events, stats, outbox_cap, outbox_ttl_ms)('UserAdmitted', 'user', user_id, 'seq', seq_text, 'queued', '0')
+    else
+      seq_number = number
+      redis.call('ZADD', waiting, seq_text, user_id)
+    end
   end
   created = 1
 end

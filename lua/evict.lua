@@ -4,10 +4,10 @@
 -- `registered` marker is dropped: the pump may then forget it, and the next enter registers it again.
 -- Eviction is final: each evicted entry's seq is recorded, so its ticket never restores the place (status.lua).
 -- KEYS[1] waiting     zset: user id -> seq
--- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
+-- KEYS[2] heartbeat   zset: user id -> last poll time (ms); a pre-queued user's is the opening
 -- KEYS[3] registered  present while the pump knows this target
 -- KEYS[4] stats       hash of counters: `evicted` counts evictions
--- KEYS[5] prequeue    zset: users waiting for the opening (they have no heartbeat yet, and keep the target known)
+-- KEYS[5] prequeue    zset: users waiting for the opening (they keep the target known)
 -- KEYS[6] events      the target's outbox stream (outbox.lua): UserEvicted; unpublished events keep the target known
 -- KEYS[7] ended       zset: user id -> seq of their last entry that ended on purpose (left, evicted); the pump
 --                     slides its TTL (admit.lua)
@@ -28,9 +28,11 @@ local stale = redis.call('ZRANGEBYSCORE', heartbeat, '-inf', now - tonumber(hear
 for i = 1, #stale, 1000 do
   local j = math.min(i + 999, #stale)
   local seqs = redis.call('ZMSCORE', waiting, unpack(stale, i, j))
+  -- A pre-queued user's heartbeat is the opening they were last told: one silent past it goes too.
+  local pre_queued = redis.call('ZMSCORE', prequeue, unpack(stale, i, j))
   local records = {}
   for n = i, j do
-    local seq = seqs[n - i + 1]
+    local seq = seqs[n - i + 1] or pre_queued[n - i + 1]
     if seq then
       records[#records + 1] = seq
       records[#records + 1] = stale[n]
@@ -40,6 +42,7 @@ for i = 1, #stale, 1000 do
     redis.call('ZADD', ended, 'GT', unpack(records))
   end
   redis.call('ZREM', waiting, unpack(stale, i, j))
+  redis.call('ZREM', prequeue, unpack(stale, i, j))
   redis.call('ZREM', heartbeat, unpack(stale, i, j))
 end
 if #stale > 0 then

@@ -5,12 +5,11 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[4] stats       hash of counters: `left` counts departures
--- KEYS[5] prequeue    zset: user id -> arrival seq, before opening
+-- KEYS[5] prequeue    zset: user id -> drawn seq, before opening
 -- KEYS[6] active      zset: user id -> expiry (ms) of their issued, unconsumed entry token
 -- KEYS[7] revoked     zset: token id -> until when (ms) it stays refused (its expiry plus the clock-skew margin)
--- KEYS[8] draw        hash: `first` and `last`, the lowest and highest arrival numbers the opening draw dealt anew
--- KEYS[9] events      the target's outbox stream (outbox.lua): UserLeft
--- KEYS[10] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
+-- KEYS[8] events      the target's outbox stream (outbox.lua): UserLeft
+-- KEYS[9] ended       zset: user id -> seq of their last entry that ended on purpose (left, evicted)
 -- ARGV[1] user_id               user id
 -- ARGV[2] ticket_entry          the entry number on the caller's ticket
 -- ARGV[3] now_ms                now (ms)
@@ -19,17 +18,13 @@
 -- ARGV[6] outbox_cap            outbox cap (events)
 -- ARGV[7] outbox_ttl_ms         outbox TTL (ms)
 -- Returns 1 if the user was in line, 0 if not, -1 if the ticket is of another (earlier) entry: nothing changes.
-local waiting, heartbeat, token, stats, prequeue, active, revoked, draw, events, ended = unpack(KEYS)
+local waiting, heartbeat, token, stats, prequeue, active, revoked, events, ended = unpack(KEYS)
 local user_id, ticket_entry, now_ms, clock_skew_margin_ms, idle_ttl_ms, outbox_cap, outbox_ttl_ms = unpack(ARGV)
 local held = redis.call('GET', token)
 local number = redis.call('ZSCORE', waiting, user_id) or redis.call('ZSCORE', prequeue, user_id)
   or (held and string.match(held, '^(%d+) '))
 if number then
-  -- The opening draw deals the pre-queue's arrival numbers anew: within them, a ticket cannot tell its entry.
-  local ticket, current = tonumber(ticket_entry), tonumber(number)
-  local drawn = redis.call('HMGET', draw, 'first', 'last')
-  local first, last = tonumber(drawn[1] or '0'), tonumber(drawn[2] or '0')
-  if ticket ~= current and not (ticket >= first and ticket <= last and current >= first and current <= last) then
+  if tonumber(ticket_entry) ~= tonumber(number) then
     return -1
   end
 end

@@ -3,7 +3,7 @@
 -- when the poll may admit (chalicelib/queue.py), so that the common poll, a user still waiting, carries none of it.
 -- Without them, a poll that would admit answers DUE before admitting, and the caller asks again with them.
 -- KEYS[1] waiting     zset: user id -> seq (no user in it holds a token: admission moves them out)
--- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
+-- KEYS[2] heartbeat   zset: user id -> last poll time (ms); a pre-queued user's is the opening
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; left, evicted, waiting_user_ms (departures
@@ -11,8 +11,8 @@
 --                     `eta_error:<bucket>`, a histogram of etaSeconds' absolute error (buckets as the waits')
 -- KEYS[6] pace        hash: `rate`, admissions per second measured by the pump (admit.lua)
 -- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms, known_since_ms, sold_out, paused
--- KEYS[8] prequeue    zset: user id -> arrival seq, before opening
--- KEYS[9] draw        hash: `first` and `last`, the lowest and highest arrival numbers the opening draw dealt anew
+-- KEYS[8] prequeue    zset: user id -> drawn seq, before opening
+-- KEYS[9] draw        hash: opens_at_ms and state ('done': the opening made the pre-queue the line)
 -- KEYS[10] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
 -- KEYS[11] fence      hash: the last failover fenced (admit.lua): `lost_from`, `lost_to`, the seqs it may have lost,
 --                     and `until_ms`, until when an entry among them the mark passed is restored admitted; `mark`,
@@ -42,10 +42,10 @@
 --   {'DUE'} (the mark has passed the user's seq, and the call brought no grant: ask again with one)
 --   {'WAITING', seq, ahead, rate, paused, mark, batch, tick_ms, drawn, left, evicted, waiting_user_ms}  seq, users
 --     ahead, admissions per second, paused (0|1), and what a container needs to reckon the line while Redis cannot
---     be asked (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and the highest
---     number the opening draw dealt anew (0: none; -1: a draw is pending, or the line's numbers are not yet
---     settled); and the counters the ETA's range comes from (chalicelib/eta.py)
---   {'PRE_QUEUE', arrival, opens_at_ms}  arrival seq, opens at (ms)
+--     be asked (chalicelib/reckoning.py): the admitted mark, the batch and tick length in force, and 0, or -1
+--     while an opening is pending (the pre-queue is not yet in line: the line's numbers are not settled); and the
+--     counters the ETA's range comes from (chalicelib/eta.py)
+--   {'PRE_QUEUE', arrival, opens_at_ms}  drawn seq, opens at (ms)
 --   {'NOT_IN_QUEUE'} (and the ticket restores nothing)
 --   {'OTHER_ENTRY'} (the ticket is of an earlier entry: nothing changes)
 --   {'UNKNOWN_TARGET'}
@@ -67,16 +67,14 @@ end
 if queued == '0' then
   return {'OFF'}
 end
--- A ticket belongs to one entry. The opening draw deals the pre-queue's arrival numbers anew: within
--- them, a ticket cannot tell its entry (the draw records the first and last it dealt).
+-- A ticket belongs to one entry: the one whose number it carries.
 local function other_entry(number)
-  local ticket, current = tonumber(ticket_entry), tonumber(number)
-  if ticket == current then
-    return false
-  end
-  local first, last = unpack(redis.call('HMGET', draw, 'first', 'last'))
-  first, last = tonumber(first or '0'), tonumber(last or '0')
-  return not (ticket >= first and ticket <= last and current >= first and current <= last)
+  return tonumber(ticket_entry) ~= tonumber(number)
+end
+-- Whether the opening (if any) has made the pre-queue the line (admit.lua).
+local function opened()
+  local drawn_for, state = unpack(redis.call('HMGET', draw, 'opens_at_ms', 'state'))
+  return drawn_for == opens_at and state == 'done'
 end
 
 if not known_since then
@@ -108,16 +106,17 @@ if not seq_text then
   if arrival and other_entry(arrival) then
     return {'OTHER_ENTRY'}
   elseif arrival then
+    -- A pre-queued user's heartbeat is the opening, which may have moved since they entered.
+    redis.call('ZADD', heartbeat, opens_at, user_id)
     return {'PRE_QUEUE', arrival, opens_at}
   end
   -- The ticket restores a place the store lost (a failover promoted a replica that lacked it: docs/failover.md),
-  -- if the store cannot have forgotten it otherwise: not one the opening draw dealt anew, nor one its user left or
-  -- was evicted from, nor one the mark passed (admitted, or of an earlier line: a new line's mark starts below its
-  -- first seq) unless it is among the seqs the last failover may have lost, and that recently.
+  -- if the store cannot have forgotten it otherwise: not one its user left or was evicted from, nor one the mark
+  -- passed (admitted, or of an earlier line: a new line's mark starts below its first seq) unless it is among the
+  -- seqs the last failover may have lost, and that recently.
   local line_mark = redis.call('GET', mark)
   local ticket = tonumber(ticket_entry)
-  if not line_mark or ticket <= tonumber(redis.call('HGET', draw, 'last') or '0')
-      or ticket <= tonumber(redis.call('ZSCORE', ended, user_id) or '0') then
+  if not line_mark or ticket <= tonumber(redis.call('ZSCORE', ended, user_id) or '0') then
     return {'NOT_IN_QUEUE'}
   end
   if ticket <= tonumber(line_mark) then
@@ -136,8 +135,9 @@ if not seq_text then
     end
   end
   redis.call('HINCRBY', stats, 'restored', 1)
-  if opens_at and tonumber(now_ms) < tonumber(opens_at) and redis.call('HGET', draw, 'opens_at_ms') ~= opens_at then
+  if opens_at and tonumber(now_ms) < tonumber(opens_at) and not opened() then
     redis.call('ZADD', prequeue, ticket_entry, user_id)
+    redis.call('ZADD', heartbeat, opens_at, user_id)
     return {'PRE_QUEUE', ticket_entry, opens_at}
   end
   redis.call('ZADD', waiting, ticket_entry, user_id)
@@ -177,14 +177,8 @@ redis.call('ZADD', heartbeat, now_ms, user_id)
 local ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
 local rate = redis.call('HGET', pace, 'rate')
   or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms))
--- Numbers up to the draw's `last` were dealt anew: a ticket up to it does not tell its place in line.
-local draw_state, last, drawn_for = unpack(redis.call('HMGET', draw, 'state', 'last', 'opens_at_ms'))
-local drawn = '0'
-if (opens_at and drawn_for ~= opens_at) or (draw_state and draw_state ~= 'done') then
-  drawn = '-1'
-elseif draw_state then
-  drawn = last or '0'
-end
+-- Until the opening has made the pre-queue the line, a place in line does not tell how many stand ahead of it.
+local drawn = (opens_at and not opened()) and '-1' or '0'
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
 local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'left', 'evicted', 'waiting_user_ms'))
 return {'WAITING', tonumber(seq_text), ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,

@@ -126,14 +126,14 @@ def test_a_ticket_of_an_earlier_line_restores_nothing(room, signer):
 
 
 def opening(room, client, users):
-    """An opening: `users` pre-queue for it, then it is brought forward to now and the pump runs its draw."""
+    """An opening: `users` pre-queue for it, then it is brought forward to now and the pump opens the line."""
     room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + 600_000))
     tickets = enter_all(room, users)
     assert {room.status(DROP, str(u), t).status for u, t in tickets.items()} == {"PRE_QUEUE"}
     opens_at_ms = int(time.time() * 1000)
     room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))
     wait_for_next_tick(client, room.settings.tick_ms)
-    Pump(room.store, room.settings).run(ticks=1)  # the draw
+    Pump(room.store, room.settings).run(ticks=1)  # the opening
     draw = client.hgetall(room.store.keys(DROP).draw)
     assert (draw["state"], draw["opens_at_ms"]) == ("done", str(opens_at_ms))
     return tickets
@@ -153,15 +153,20 @@ def test_a_ticket_of_an_earlier_opening_serves_no_new_entry(make_room, client):
 
 
 @pytest.mark.slow
-def test_a_drawn_ticket_restores_nothing_the_draw_dealt_anew(make_room, client):
+def test_a_pre_queue_ticket_restores_its_drawn_place_after_the_opening(make_room, client):
     room = make_room(VQ_BATCH_SIZE=1)
     tickets = opening(room, client, range(1, 6))
-    # Whatever seq the draw dealt, a pre-queue ticket cannot say it: a lost drawn place is not restored (and a
-    # drawn user who had their turn cannot come back with the ticket).
+    line = client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True)  # in the drawn order
     lose(room, *range(1, 6))
-    for user, ticket in tickets.items():
-        with pytest.raises(NotInQueue):
-            room.status(DROP, str(user), ticket)
+    # A pre-queue ticket names the seq drawn as its holder entered, which is their place in line: a lost place
+    # comes back where it was ...
+    for user, seq in line[1:]:
+        assert room.status(DROP, user, tickets[int(user)]).status == "WAITING"
+        assert client.zscore(room.store.keys(DROP).waiting, user) == seq
+    assert [room.status(DROP, user, tickets[int(user)]).position for user, _ in line[1:]] == [1, 2, 3, 4]
+    # ... but not the first, whom the opening's tick admitted: the mark passed it.
+    with pytest.raises(NotInQueue):
+        room.status(DROP, line[0][0], tickets[int(line[0][0])])
 
 
 # --- a token given back ---

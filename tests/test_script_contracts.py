@@ -193,6 +193,7 @@ WRITES = {
     "LPUSH",
     "RPOP",
     "LTRIM",
+    "RENAME",
 }
 READS = {
     "GET",
@@ -242,6 +243,8 @@ def accesses(text: str, keys: dict[str, str]) -> tuple[set[Access], list[str]]:
         if key is None:
             problems.append(f"redis.call('{command}', {args[0]}, ...): `{args[0]}` names no key")
             continue
+        if command == "RENAME":  # the source key becomes the destination: a write of both
+            found.add(Access(keys.get(args[1], args[1]), None, True))
         writes = command in WRITES
         reads = command in READS or (command == "SET" and "'GET'" in args)
         found |= {Access(key, None, write) for write, done in ((True, writes), (False, reads)) if done}

@@ -7,11 +7,12 @@ import json
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from chalicelib.errors import QueueClosed
-from chalicelib.opening import draw_order
+from chalicelib.opening import draw_order, drawn_seq
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig, parse_config
 from chalicelib.targets import Target
@@ -222,15 +223,17 @@ def test_closed_queue_refuses_newcomers_but_keeps_its_line(room, api):
 # --- scheduled opening ---
 
 
+BLOCK = (1_790_000_000_000_000, 1_790_000_600_000_000)  # ten minutes of seqs, as a pre-queue's block might be
+
+
 def test_the_draw_is_uniform_over_orders():
     """Chi-square over all 24 orders of a 4-user pre-queue, from 12,000 draws with independent seeds."""
-    entrants = [("11", 1), ("22", 2), ("33", 3), ("44", 4)]
     seeds = random.Random(20261129)
     counts = dict.fromkeys(itertools.permutations(["11", "22", "33", "44"]), 0)
     draws = 12_000
     for _ in range(draws):
-        order = draw_order(seeds.randbytes(32), entrants)
-        assert [seq for _, seq in order] == [1, 2, 3, 4]  # the arrival numbers, dealt in the drawn order
+        order = draw_order(seeds.randbytes(32).hex(), ["11", "22", "33", "44"], *BLOCK)
+        assert all(BLOCK[0] <= seq <= BLOCK[1] for _, seq in order)
         counts[tuple(user for user, _ in order)] += 1
     expected = draws / 24
     chi_square = sum((seen - expected) ** 2 / expected for seen in counts.values())
@@ -239,10 +242,14 @@ def test_the_draw_is_uniform_over_orders():
 
 
 def test_the_draw_is_checkable_from_its_seed():
-    seed = bytes(range(32))
-    order = draw_order(seed, [("7", 10), ("8", 11), ("9", 12)])
-    by_hmac = sorted("789", key=lambda user: hmac.new(seed, user.encode(), hashlib.sha256).digest())
-    assert [user for user, _ in order] == by_hmac
+    seed = bytes(range(32)).hex()
+    digests = {user: hmac.new(bytes.fromhex(seed), user.encode(), hashlib.sha1).hexdigest() for user in "789"}
+    # The seq is the HMAC's first 52 bits as a fraction of the block: over a block of 2**52 seqs, those bits.
+    assert [drawn_seq(seed, user, 0, 2**52 - 1) for user in "789"] == [int(digests[u][:13], 16) for u in "789"]
+    order = draw_order(seed, "789", *BLOCK)
+    assert [user for user, _ in order] == sorted("789", key=digests.get)
+    # Equal seqs (a block narrower than the pre-queue) stand in user id order, as Redis sorts them.
+    assert [user for user, _ in draw_order(seed, ["b", "a", "c"], 5, 5)] == ["a", "b", "c"]
 
 
 @pytest.mark.slow
@@ -262,26 +269,24 @@ def test_pre_queue_opens_in_a_fair_draw_ahead_of_everyone_after_opening(make_roo
     pump.run(ticks=1)
     assert room.stats(DROP)["preQueuedCount"] == 29  # nothing happens before the opening
     time.sleep(max(0, opens_at - time.time()) + 0.05)
-    late = [room.enter(DROP, str(user)) for user in (1, 2, 3)]  # after opening, before the pump's draw
+    late = [room.enter(DROP, str(user)) for user in (1, 2, 3)]  # after the opening, before the pump's tick
     assert {entry.status for entry in late} == {"WAITING"}
-    pump.run(ticks=2)  # the first tick draws; admission starts on the next
+    pump.run(ticks=1)  # the first tick after the opening opens the line and admits its first batch
 
-    waiting = dict(client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True))
-    arrivals = {user: room.signer.read_ticket(entry.queue_ticket).seq for user, entry in early.items() if user != 129}
-    drawn = {int(user): int(seq) for user, seq in waiting.items() if int(user) >= 100}
-    admitted_so_far = room.stats(DROP)["admittedCount"]
-    assert admitted_so_far in (5, 10)  # one batch (two if the machine was slow enough to miss a tick)
-    # Everyone from the pre-queue got a place (those admitted are still in line until they poll) ...
-    assert set(drawn) == set(arrivals)
-    # ... at the arrival numbers the pre-queue handed out, dealt in the order the recorded seed gives ...
+    line = client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True)
     stats = room.stats(DROP)
-    seed = bytes.fromhex(stats["openingDraw"]["seed"])
-    assert stats["openingDraw"]["placed"] == 29
-    expected = dict(draw_order(seed, [(str(u), n) for u, n in arrivals.items()]))
-    assert {str(u): s for u, s in drawn.items()} == expected
-    # ... and all of them ahead of everyone who entered after the opening.
-    assert max(drawn.values()) < min(int(waiting[str(u)]) for u in (1, 2, 3))
-    first_five = sorted(drawn, key=drawn.get)[:5]
+    assert stats["admittedCount"] == 5 and stats["preQueuedCount"] == 0
+    draw = stats["openingDraw"]
+    assert draw["placed"] == 29
+    # Everyone from the pre-queue stands at the seq their ticket named when they entered, which is the place the
+    # revealed seed gives them, in the order it gives ...
+    tickets = {str(u): room.signer.read_ticket(entry.queue_ticket).seq for u, entry in early.items() if u != 129}
+    expected = draw_order(draw["seed"], tickets, draw["firstSeq"], draw["lastSeq"])
+    assert [(user, int(seq)) for user, seq in line[:29]] == expected
+    assert dict(expected) == tickets
+    # ... all ahead of everyone who entered after the opening.
+    assert [user for user, _ in line[29:]] == ["1", "2", "3"]
+    first_five = [int(user) for user, _ in expected[:5]]
     assert {room.status(DROP, str(u), early[u].queue_ticket).status for u in first_five} == {"ADMITTED"}
 
 
@@ -319,13 +324,13 @@ def test_the_opening_seed_is_committed_when_configured_and_revealed_by_the_draw(
     assert commitment.encode() in answers[2]  # the page's fair-order note carries the commitment
 
     time.sleep(max(0, opens_at - time.time()) + 0.05)
-    Pump(room.store, room.settings).run(ticks=1)  # the draw
+    Pump(room.store, room.settings).run(ticks=1)  # the opening
     revealed = room.stats(DROP)["openingDraw"]
     assert revealed["seed"] == seed and revealed["commitment"] == commitment and revealed["placed"] == 20
-    # Anyone can check the seed against the commitment, and re-deal the line from it.
-    arrivals = [(str(user), room.signer.read_ticket(entry.queue_ticket).seq) for user, entry in entries.items()]
-    line = {user: int(seq) for user, seq in client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True)}
-    assert dict(draw_order(bytes.fromhex(revealed["seed"]), arrivals)) == line
+    # Anyone can check the seed against the commitment, and recompute every place in line from it.
+    line = client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True)
+    block = revealed["firstSeq"], revealed["lastSeq"]
+    assert draw_order(revealed["seed"], map(str, entries), *block) == [(user, int(seq)) for user, seq in line]
     # The seed is used once: the next new opening commits to another.
     assert put(api, {"opensAt": iso(time.time() + 3600)}).status_code == 200
     assert room.stats(DROP)["openingDraw"]["commitment"] not in (commitment, None)
@@ -358,19 +363,72 @@ def test_pre_queue_counts_against_capacity(room):
     assert full.value.code == "QUEUE_FULL"
 
 
-def test_a_draw_interrupted_midway_resumes_with_the_same_seed(room, client):
-    from chalicelib.opening import open_target
+def enter_many(room, users):
+    """Enter every user (eight at a time, as concurrent requests would); their answers by user id."""
+    with ThreadPoolExecutor(8) as pool:
+        return dict(zip(map(str, users), pool.map(lambda user: room.enter(DROP, str(user)), users), strict=True))
 
-    room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000) + 300))
-    for user in range(1, 11):
-        room.enter(DROP, str(user))
-    time.sleep(0.35)
-    committed = room.stats(DROP)["openingDraw"]["commitment"]
-    seed, done = room.store.begin_draw(DROP, "aa" * 32)  # a pump began the draw, then froze
-    assert (commitment_of(seed), done) == (committed, False)  # with the seed committed to, not a fresh one
-    assert open_target(room.store, DROP, 0) == 10  # the next pump finishes it with the recorded seed
-    assert room.stats(DROP)["openingDraw"]["seed"] == seed
-    assert open_target(room.store, DROP, 0) == 0  # and a third finds it done
+
+def open_now(room, client, opens_at_ms):
+    """Wait for the opening and for the next tick to begin, then run the pump's first tick after the opening."""
+    time.sleep(max(0, opens_at_ms / 1000 - time.time()))
+    wait_for_next_tick(client, room.settings.tick_ms)
+    Pump(room.store, room.settings).run(ticks=1)
+
+
+@pytest.mark.slow
+def test_a_large_pre_queue_opens_with_its_first_batch_admitted_in_the_first_tick(make_room, client):
+    room = make_room(VQ_TICK_MS=1000, VQ_BATCH_SIZE=50)
+    room.configure(DROP, TargetConfig())
+    already = enter_many(room, range(1, 4))  # a line waiting before the opening was set stays ahead of it
+    opens_at_ms = int(time.time() * 1000) + 60_000
+    room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))
+    early = enter_many(room, range(100, 20_100))
+    assert {entry.status for entry in early.values()} == {"PRE_QUEUE"}
+    opens_at_ms = int(time.time() * 1000) + 200
+    room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))  # opened early
+    open_now(room, client, opens_at_ms)
+
+    stats = room.stats(DROP)
+    assert stats["admittedCount"] == 50 and stats["preQueuedCount"] == 0 and stats["waitingCount"] == 20_003 - 50
+    draw = stats["openingDraw"]
+    assert draw["placed"] == 20_000
+    line = client.zrange(room.store.keys(DROP).waiting, 0, -1, withscores=True)
+    assert {user for user, _ in line[:3]} == set(already)
+    # The line is the draw anyone can recompute from the revealed seed, at the seqs the tickets named.
+    expected = draw_order(draw["seed"], early, draw["firstSeq"], draw["lastSeq"])
+    assert [(user, int(seq)) for user, seq in line[3:]] == expected
+    assert all(room.signer.read_ticket(early[user].queue_ticket).seq == seq for user, seq in expected[:100])
+    admitted = [user for user, _ in expected[:47]]
+    assert {room.status(DROP, user, early[user].queue_ticket).status for user in admitted} == {"ADMITTED"}
+    assert room.status(DROP, expected[47][0], early[expected[47][0]].queue_ticket).position == 1
+
+
+@pytest.mark.slow
+def test_an_opening_larger_than_a_tick_can_move_admits_nobody_until_the_line_is_whole(make_room, client):
+    room = make_room(VQ_TICK_MS=200, VQ_BATCH_SIZE=10)
+    room.configure(DROP, TargetConfig())
+    enter_many(room, range(1, 5_002))  # one more than a tick moves (admit.lua's OPENING_MOVE)
+    opens_at_ms = int(time.time() * 1000) + 60_000
+    room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))
+    early = enter_many(room, range(10_000, 15_003))
+    opens_at_ms = int(time.time() * 1000) + 200
+    room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))
+    open_now(room, client, opens_at_ms)
+    # The line moved 5,000 of its users into the pre-queue: one left to move, and nobody admitted meanwhile.
+    stats = room.stats(DROP)
+    assert (stats["admittedCount"], stats["waitingCount"], stats["preQueuedCount"]) == (0, 1, 10_003)
+    assert "seed" not in stats["openingDraw"]
+    assert room.enter(DROP, "new").status == "WAITING"  # a newcomer after the opening goes behind all of them
+    wait_for_next_tick(client, room.settings.tick_ms)
+    Pump(room.store, room.settings).run(ticks=1)
+    stats = room.stats(DROP)
+    assert (stats["admittedCount"], stats["preQueuedCount"], stats["openingDraw"]["placed"]) == (10, 0, 5_003)
+    line = client.zrange(room.store.keys(DROP).waiting, 0, -1)
+    draw = stats["openingDraw"]
+    assert set(line[:5_001]) == {str(user) for user in range(1, 5_002)}
+    assert line[5_001:-1] == [user for user, _ in draw_order(draw["seed"], early, draw["firstSeq"], draw["lastSeq"])]
+    assert line[-1] == "new"
 
 
 # --- max active ---
