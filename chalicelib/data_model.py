@@ -342,7 +342,7 @@ TARGET_KEYS: tuple[Key, ...] = (
                 "draw_commitment",
                 "...and its SHA-256, published",
                 "configure.lua admit.lua",
-                "configure.lua admit.lua store.py",
+                "configure.lua enter.lua admit.lua store.py",
             ),
         ),
     ),
@@ -365,7 +365,7 @@ TARGET_KEYS: tuple[Key, ...] = (
         ("enter.lua", "status.lua", "admit.lua", "stats.lua"),
         "The opening draw",
         fields=(
-            _f("opens_at_ms", "the opening it records", "enter.lua admit.lua", "enter.lua status.lua admit.lua"),
+            _f("opens_at_ms", "the opening it records", "admit.lua", "enter.lua status.lua admit.lua"),
             _f(
                 "first",
                 "the lowest seq of the block the pre-queue's places are drawn in...",
@@ -380,7 +380,12 @@ TARGET_KEYS: tuple[Key, ...] = (
                 "enter.lua status.lua admit.lua queue.py",
             ),
             _f("seed", "its seed, revealed at the opening", "admit.lua", "queue.py"),
-            _f("commitment", "the seed's published SHA-256", "admit.lua", "queue.py"),
+            _f(
+                "commitment",
+                "the SHA-256 of the seed the block belongs to, published",
+                "enter.lua admit.lua",
+                "enter.lua admit.lua queue.py",
+            ),
             _f("placed", "users the pre-queue held at the opening", "admit.lua", "admit.lua queue.py"),
             _f("drawn_at_ms", "when the line opened", "admit.lua", "queue.py"),
         ),

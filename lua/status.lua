@@ -107,7 +107,9 @@ if not seq_text then
     return {'OTHER_ENTRY'}
   elseif arrival then
     -- A pre-queued user's heartbeat is the opening, which may have moved since they entered.
-    redis.call('ZADD', heartbeat, opens_at, user_id)
+    if opens_at then
+      redis.call('ZADD', heartbeat, opens_at, user_id)
+    end
     return {'PRE_QUEUE', arrival, opens_at}
   end
   -- The ticket restores a place the store lost (a failover promoted a replica that lacked it: docs/failover.md),

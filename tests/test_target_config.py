@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from chalicelib.errors import QueueClosed
+from chalicelib.errors import NotInQueue, QueueClosed
 from chalicelib.opening import draw_order, drawn_seq
 from chalicelib.pump import Pump
 from chalicelib.target_config import TargetConfig, parse_config
@@ -361,6 +361,28 @@ def test_pre_queue_counts_against_capacity(room):
     with pytest.raises(Exception) as full:
         room.enter(DROP, "3")
     assert full.value.code == "QUEUE_FULL"
+
+
+def test_a_pre_queued_heartbeat_is_the_opening_and_one_silent_past_it_is_evicted(room, client):
+    keys = room.store.keys(DROP)
+    opens_at_ms = int(time.time() * 1000) + 60_000
+    room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))
+    tickets = {user: room.enter(DROP, user).queue_ticket for user in ("1", "2")}
+    assert client.zmscore(keys.heartbeat, ["1", "2"]) == [opens_at_ms, opens_at_ms]
+    # The opening is put off: a pre-queued user's poll moves their heartbeat with it.
+    later_ms = opens_at_ms + 60_000
+    room.configure(DROP, TargetConfig(opens_at_ms=later_ms))
+    assert room.status(DROP, "1", tickets["1"]).status == "PRE_QUEUE"
+    assert client.zscore(keys.heartbeat, "1") == later_ms
+    # User 2 never polled: once the opening they were told of is a heartbeat timeout past, they go.
+    client.zadd(keys.heartbeat, {"2": int(time.time() * 1000) - room.settings.heartbeat_timeout_s * 1000 - 1})
+    Pump(room.store, room.settings).run(ticks=1)
+    assert client.zrange(keys.prequeue, 0, -1) == ["1"] and room.stats(DROP)["evictedCount"] == 1
+    with pytest.raises(NotInQueue):
+        room.status(DROP, "2", tickets["2"])  # eviction is final: the ticket restores nothing
+    # An opening taken off the configuration leaves the pre-queue waiting, its polls answered.
+    room.configure(DROP, TargetConfig())
+    assert room.status(DROP, "1", tickets["1"]).status == "PRE_QUEUE"
 
 
 def enter_many(room, users):

@@ -229,6 +229,21 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
     )
     add("    the pump's CPU (gauges written)", shown(tick["client_cpu_us"], " us", 0))
     add("    the pump's wall time", shown(tick["client_wall_us"], " us", 0))
+    opened = pump["opening"]
+    tick_s = 1.0  # bench_pump.py's opening ticks every second
+    add(
+        f"  the opening of {opened['pre_queued']:,} pre-queued: first batch admitted after",
+        f"{opened['first_batch_s']} s ({opened['ticks_to_first_batch']} ticks)",
+        "within 1 tick",
+        "ok" if opened["ticks_to_first_batch"] == 1 and opened["first_batch_s"] <= tick_s else "MISSED",
+    )
+    add(
+        "    its longest Redis command (SLOWLOG)",
+        f"{opened['longest_command_ms']} ms ({opened['longest_command']})",
+        "<= 50 ms",
+        "ok" if opened["longest_command_ms"] <= 50 else "MISSED",
+    )
+    add("    the pump's memory growth (ru_maxrss)", f"{opened['pump_rss_growth_mb']} MB")
 
     ratios, per_second = authorizer["ratio_to_bare_hmac"], authorizer["per_second"]
     section(

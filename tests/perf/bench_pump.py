@@ -1,6 +1,7 @@
 """Benchmark: the admission pump's rate under concurrency, its use of slots under abandonment, and its Redis time.
 
 Run: .venv/bin/python tests/perf/bench_pump.py   (a Valkey of its own, or BENCH_REDIS_URL)
+     .venv/bin/python tests/perf/bench_pump.py --opening 1000000   the opening alone, of that many pre-queued
 Measures, in one run:
   - admissions per elapsed tick with 8 pumps at once (each its own client, lock attempts and Pump):
     as deployed; with pumps freezing past the lock's lease; and with no lock at all (tick idempotence alone);
@@ -12,8 +13,11 @@ Measures, in one run:
     over raw sequence numbers (`mark += batch`, implemented here only);
   - Redis time (INFO commandstats, EVALSHA usec) of admit.lua and evict.lua with 100,000 users waiting;
   - one whole tick over 100 targets of 1,000 waiting, one a mass departure: Redis time and the pump's own time
-    (CPU and wall, gauges written), in at least 7 alternating rounds, each with its load average.
-Prints a table and writes build/bench_pump.json. Targets: batch admissions per tick; 100 % to users still waiting.
+    (CPU and wall, gauges written), in at least 7 alternating rounds, each with its load average;
+  - the opening of 1,000,000 pre-queued: the longest Redis command, the time to the first batch admitted, and the
+    pump's memory growth (one opening: filling the pre-queue takes minutes).
+Prints a table and writes build/bench_pump.json. Targets: batch admissions per tick; 100 % to users still waiting;
+the opening's first batch within a tick, no Redis command over 50 ms.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import os
 import platform
 import random
+import resource
 import sys
 import threading
 import time
@@ -53,6 +58,7 @@ from chalicelib.flags import QUEUED  # noqa: E402
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
+from chalicelib.scripts import load_script  # noqa: E402
 from chalicelib.store import Defaults, QueueStore  # noqa: E402
 from chalicelib.target_config import TargetConfig  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
@@ -450,6 +456,75 @@ def hundred_targets(url: str, targets: int = benchlib.scaled(100, 5), users: int
     }
 
 
+def opening(url: str, users: int = benchlib.scaled(1_000_000, 2_000)) -> dict:
+    """A target with `users` pre-queued (each through the real enter.lua, pipelined) opens: the pump ticks from the
+    opening until it has admitted a batch. Measured: the longest single Redis command meanwhile (SLOWLOG, every
+    command of 1 ms or more), the time from the opening to the end of the tick that admitted the first batch, and
+    the pump process's peak memory growth (ru_maxrss) over it."""
+    client = benchlib.patient_client(url)  # a million enters in pipelines of thousands: a store's timeouts would trip
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(prefix, VQ_TICK_MS=1000, VQ_BATCH_SIZE=100, VQ_MAX_WAITING=users + 1)
+    store = QueueStore(client, prefix)
+    room = WaitingRoom(store, TokenSigner(settings.keyring), settings, _QueueOn())
+    room.configure(TARGET, TargetConfig(opens_at_ms=int(time.time() * 1000) + 3_600_000))
+    now = int(time.time() * 1000)
+    terms = GrantTerms(now // 1000 + 300, "0" * 64)
+    defaults = Defaults(settings.max_waiting, settings.batch_size, settings.tick_ms, 3_600_000)
+    k = store.keys(TARGET)
+    enter = load_script(client, "enter")
+    client.script_load(enter.script)
+    for start in range(0, users, 2_000):
+        pipe = client.pipeline(transaction=False)
+        for user in range(start, min(start + 2_000, users)):
+            keys, args = enter.order(
+                waiting=k.waiting, heartbeat=k.heartbeat, seq=k.seq, mark=k.mark, token=k.token(str(user)),
+                registered=k.registered, stats=k.stats, config=k.config, prequeue=k.prequeue, draw=k.draw,
+                active=k.active, budget=k.budget, events=k.events, pace=k.pace, user_id=str(user), now_ms=now,
+                default_max_waiting=defaults.max_waiting, idle_ttl_ms=defaults.idle_ttl_ms,
+                entry_key=terms.entry_key, grant_expires_s=terms.expires_at, grant_ttl_ms=300_000,
+                grant_expires_ms=terms.expires_at * 1000, registration_refresh_ms=60_000,
+                default_batch=defaults.batch, default_tick_ms=defaults.tick_ms, open_on_first_use=0, invited=0,
+                **store.outbox, flag_version="*", queued=1,
+            )  # fmt: skip
+            pipe.execute_command("EVALSHA", enter.sha, len(keys), *keys, *args)
+        pipe.execute()
+    store._register(TARGET, 3_600_000)
+    pre_queued = client.zcard(k.prequeue)
+    room.configure(TARGET, TargetConfig(opens_at_ms=int(time.time() * 1000)))
+    pump = Pump(store, settings)
+    client.config_set("slowlog-log-slower-than", 1000)
+    client.config_set("slowlog-max-len", 1024)
+    client.slowlog_reset()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    opened = time.monotonic()
+    ticks = admitted = 0
+    while admitted == 0 and time.monotonic() - opened < 120:
+        admitted += sum(r.admitted for r in pump.tick().targets.values() if isinstance(r, TargetTick))
+        ticks += 1
+        if admitted == 0:
+            time.sleep(pump._ms_to_next_tick() / 1000)
+    first_batch_s = time.monotonic() - opened
+    rss_growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    slow = client.slowlog_get(1024)
+    longest = max(slow, key=lambda entry: entry["duration"], default=None)
+    pump._release()
+    clean(client, prefix)
+    return {
+        "pre_queued": pre_queued,
+        "first_batch_s": round(first_batch_s, 3),
+        "ticks_to_first_batch": ticks,
+        "admitted": admitted,
+        "longest_command_ms": round(longest["duration"] / 1000, 2) if longest else 0.0,
+        "longest_command": (longest["command"] if isinstance(longest["command"], str) else longest["command"].decode())[
+            :60
+        ]
+        if longest
+        else "none of 1 ms or more",
+        "commands_of_1_ms_or_more": len(slow),
+        "pump_rss_growth_mb": round(rss_growth_mb, 1),
+    }
+
+
 def main() -> None:
     with benchlib.redis_url() as url:
         version = benchlib.server_version(connect(url))
@@ -460,6 +535,7 @@ def main() -> None:
             timing = redis_time(url)
             timing_small = redis_time(url, users=1_000)
             tick = hundred_targets(url)
+            opened = opening(url)
 
     print(f"\nadmission pump benchmark  ({version}, Python {platform.python_version()})\n")
     print(
@@ -503,6 +579,11 @@ def main() -> None:
     print(f"  Redis (all commands, INFO commandstats)  {benchlib.shown(tick['redis_us'], ' us', 0)}")
     print(f"  pump process CPU                         {benchlib.shown(tick['client_cpu_us'], ' us', 0)}")
     print(f"  pump process wall                        {benchlib.shown(tick['client_wall_us'], ' us', 0)}")
+    print(
+        f"\nthe opening of {opened['pre_queued']:,} pre-queued: first batch {opened['first_batch_s']} s after it "
+        f"({opened['ticks_to_first_batch']} ticks), longest Redis command {opened['longest_command_ms']} ms "
+        f"({opened['longest_command']}), pump memory +{opened['pump_rss_growth_mb']} MB"
+    )
     out = benchlib.write_json(
         "bench_pump.json",
         {
@@ -513,10 +594,16 @@ def main() -> None:
             "abandonment": abandon,
             "redis_time": [timing, timing_small],
             "tick_100_targets": tick,
+            "opening": opened,
         },
     )
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--opening"]:  # the opening alone, of N pre-queued: `bench_pump.py --opening 1000000`
+        with benchlib.redis_url() as url, contextlib.redirect_stdout(io.StringIO()):
+            figures = opening(url, int(sys.argv[2]))
+        print(json.dumps(figures))
+    else:
+        main()
