@@ -374,6 +374,13 @@ TARGET_KEYS: tuple[Key, ...] = (
             ),
             _f("last", "...and the highest (the seq counter jumps to it)", "enter.lua", "enter.lua queue.py"),
             _f(
+                "inner_key",
+                "the seed's text as HMAC-SHA1's inner padded key, made once for the block",
+                "enter.lua",
+                "enter.lua",
+            ),
+            _f("outer_key", "...and as its outer padded key", "enter.lua", "enter.lua"),
+            _f(
                 "state",
                 "`done` once the opening made the pre-queue the line",
                 "admit.lua",

@@ -137,20 +137,24 @@ local function next_seq()
   return text, tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- The opening draw's order (chalicelib/opening.py's drawn_seq is the same function): HMAC-SHA1(seed, user id),
--- its first 52 bits as a fraction of the pre-queue's block of seqs. SHA-1 because it is the hash Redis' Lua has.
+-- The opening draw's order (chalicelib/opening.py's drawn_seq is the same function): HMAC-SHA1 keyed with the seed's
+-- text (64 hex digits, the HMAC's block) of the user id, its first 52 bits as a fraction of the pre-queue's block of
+-- seqs. SHA-1 because it is the hash Redis' Lua has. The HMAC's padded keys are made once, with the block, and kept
+-- beside it (text: hex digits XOR the pads stay below 0x80): each entry then costs two SHA-1s.
 local MIN_BLOCK_US = 1000000 -- a block spans at least a second of seqs (the failover fence's margin)
 local function bytes_of(hex)
   return (string.gsub(hex, '..', function(pair) return string.char(tonumber(pair, 16)) end))
 end
-local function drawn_seq(seed, user, first, last)
-  local key, inner, outer = bytes_of(seed), {}, {}
+local function padded_keys(seed)
+  local inner, outer = {}, {}
   for i = 1, 64 do
-    local byte = string.byte(key, i) or 0
-    inner[i] = string.char(bit.bxor(byte, 0x36))
-    outer[i] = string.char(bit.bxor(byte, 0x5c))
+    inner[i] = string.char(bit.bxor(string.byte(seed, i), 0x36))
+    outer[i] = string.char(bit.bxor(string.byte(seed, i), 0x5c))
   end
-  local digest = redis.sha1hex(table.concat(outer) .. bytes_of(redis.sha1hex(table.concat(inner) .. user)))
+  return table.concat(inner), table.concat(outer)
+end
+local function drawn_seq(inner, outer, user, first, last)
+  local digest = redis.sha1hex(outer .. bytes_of(redis.sha1hex(inner .. user)))
   return first + math.floor(tonumber(string.sub(digest, 1, 13), 16) / 4503599627370496 * (last - first + 1))
 end
 
@@ -169,17 +173,17 @@ if not seq_number and not arrival then
     return {'FULL'}
   end
   local opens_at = tonumber(config_values[4])
-  local drawn_for, draw_state, first, last, drawn_with
+  local drawn_for, draw_state, first, last, drawn_with, inner, outer
   if opens_at then
-    drawn_for, draw_state, first, last, drawn_with = unpack(redis.call('HMGET', draw, 'opens_at_ms', 'state', 'first',
-      'last', 'commitment'))
+    drawn_for, draw_state, first, last, drawn_with, inner, outer = unpack(redis.call('HMGET', draw, 'opens_at_ms',
+      'state', 'first', 'last', 'commitment', 'inner_key', 'outer_key'))
   end
   if opens_at and now < opens_at and not (drawn_for == config_values[4] and draw_state == 'done') then
     -- The pre-queue: the newcomer's place is drawn now (docs/guarantees.md#the-opening-draw), from the seed committed
     -- with the opening, inside a block of seqs that the first entry fixes above every seq handed out before and the
     -- counter then jumps over, so everyone who enters after the opening stands behind the whole pre-queue.
-    local seed, commitment = unpack(redis.call('HMGET', config, 'draw_seed', 'draw_commitment'))
-    if not seed then
+    local commitment = redis.call('HGET', config, 'draw_commitment')
+    if not commitment then
       -- An opening configured before seeds were committed: its pre-queue keeps arrival order.
       arrival = tonumber((next_seq()))
     else
@@ -187,12 +191,14 @@ if not seq_number and not arrival then
       if drawn_with ~= commitment then
         first = (next_seq())
         last = string.format('%d', math.max(opens_at * 1000 - 1, tonumber(first) + MIN_BLOCK_US - 1))
+        inner, outer = padded_keys(redis.call('HGET', config, 'draw_seed'))
         redis.call('SET', seq, last, 'KEEPTTL')
         redis.call('DEL', draw)
-        redis.call('HSET', draw, 'commitment', commitment, 'first', first, 'last', last)
+        redis.call('HSET', draw, 'commitment', commitment, 'first', first, 'last', last, 'inner_key', inner,
+          'outer_key', outer)
         redis.call('PEXPIRE', draw, idle_ttl_ms)
       end
-      arrival = drawn_seq(seed, user_id, tonumber(first), tonumber(last))
+      arrival = drawn_seq(inner, outer, user_id, tonumber(first), tonumber(last))
     end
     redis.call('ZADD', prequeue, string.format('%d', arrival), user_id)
     -- Their heartbeat starts at the opening: they have no place to poll before it.

@@ -243,7 +243,7 @@ def test_the_draw_is_uniform_over_orders():
 
 def test_the_draw_is_checkable_from_its_seed():
     seed = bytes(range(32)).hex()
-    digests = {user: hmac.new(bytes.fromhex(seed), user.encode(), hashlib.sha1).hexdigest() for user in "789"}
+    digests = {user: hmac.new(seed.encode(), user.encode(), hashlib.sha1).hexdigest() for user in "789"}
     # The seq is the HMAC's first 52 bits as a fraction of the block: over a block of 2**52 seqs, those bits.
     assert [drawn_seq(seed, user, 0, 2**52 - 1) for user in "789"] == [int(digests[u][:13], 16) for u in "789"]
     order = draw_order(seed, "789", *BLOCK)
