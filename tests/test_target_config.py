@@ -363,6 +363,23 @@ def test_pre_queue_counts_against_capacity(room):
     assert full.value.code == "QUEUE_FULL"
 
 
+def test_an_opening_configured_before_seeds_were_committed_keeps_arrival_order(room, client):
+    keys = room.store.keys(DROP)
+    opens_at_ms = int(time.time() * 1000) + 60_000
+    room.configure(DROP, TargetConfig(opens_at_ms=opens_at_ms))
+    client.hdel(keys.config, "draw_seed", "draw_commitment")  # as a target configured before seeds were committed
+    tickets = {user: room.enter(DROP, user).queue_ticket for user in ("c", "a", "b")}
+    seqs = [room.signer.read_ticket(tickets[user]).seq for user in ("c", "a", "b")]
+    assert seqs == sorted(seqs)  # arrival numbers, from the line's counter
+    room.configure(DROP, TargetConfig(opens_at_ms=int(time.time() * 1000)))
+    client.hdel(keys.config, "draw_seed", "draw_commitment")
+    wait_for_next_tick(client, room.settings.tick_ms)
+    Pump(room.store, room.settings).run(ticks=1)
+    assert client.zrange(keys.waiting, 0, -1) == ["c", "a", "b"]
+    opened = room.stats(DROP)["openingDraw"]
+    assert opened["placed"] == 3 and not {"seed", "commitment", "firstSeq"} & set(opened)
+
+
 def test_a_pre_queued_heartbeat_is_the_opening_and_one_silent_past_it_is_evicted(room, client):
     keys = room.store.keys(DROP)
     opens_at_ms = int(time.time() * 1000) + 60_000
