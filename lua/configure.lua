@@ -5,12 +5,12 @@
 -- kept until replaced. Its flag_version (the switch's mark, written by flag_sync) is not the operator's and stays.
 -- The opening's committed seed (draw_seed, and draw_commitment, its SHA-256) is not the operator's either: it is
 -- drawn when a write sets a new opensAt and none is committed, and kept through every later write, so no operator
--- can pick it; the opening draw (draw_begin.lua) takes it out, so the next new opensAt commits to a new one.
+-- can pick it; the opening (admit.lua) reveals it and takes it out, so the next new opensAt commits to a new one.
 -- The version (the API's ETag) is the SHA-1 of the operator's fields, every field but those four, as sorted
 -- 'field=value' lines joined by newlines (chalicelib/store.py computes the same for GET).
 -- KEYS[1] config      hash: batch, tick_ms, max_waiting, max_active, opens_at_ms, closes_at_ms, paused, sold_out,
 --                     invite_only, slo_p95_ms, slo_error_rate, safety_net (all optional), known_since_ms (kept from
---                     the first opening), draw_seed and draw_commitment (kept until the opening draw uses them)
+--                     the first opening), draw_seed and draw_commitment (kept until the opening reveals them)
 -- KEYS[2] events      the target's outbox stream (outbox.lua): TargetConfigChanged (with the new configuration and
 --                     the commitment, if any), and TargetPaused, TargetResumed, TargetSoldOut when those fields
 --                     change
