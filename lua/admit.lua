@@ -46,9 +46,9 @@
 -- Returns {applied_tick, admitted, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active,
 --   paused, sold_out, per_tick, fenced_from, fenced_to}:
 --   applied tick (0 if already applied), admitted now, mark, waiting not yet admitted, server time (ms), the
---   opening is still moving the pre-queue into the line (0|1), tick length (ms), batch, max waiting or 0, max active or 0, paused
---   (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0 held), and the
---   range of seqs a failover fenced by this call may have lost (0, 0: no fence)
+--   opening is still moving the pre-queue into the line (0|1), tick length (ms), batch, max waiting or 0, max active
+--   or 0, paused (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0
+--   held), and the range of seqs a failover fenced by this call may have lost (0, 0: no fence)
 local waiting, heartbeat, seq, mark, tick, stats, waits, admissions, config, prequeue, draw, active, health,
   events, ended, budget, pace, fence = unpack(KEYS)
 local default_tick_ms, default_batch, catchup_ticks, idle_ttl_ms, outbox_cap, outbox_ttl_ms, seen_tick_ms, seen_mark,
