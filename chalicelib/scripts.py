@@ -168,10 +168,16 @@ CONTRACTS: dict[str, Contract] = {
                "max_waiting", "max_active", "paused", "sold_out", "per_tick", "fenced_from", "fenced_to"),
     ),
     "evict": Contract(
-        keys=("waiting", "heartbeat", "registered", "stats", "prequeue", "events", "ended"),
+        keys=("waiting", "heartbeat", "registered", "stats", "prequeue", "events", "ended", "window"),
         args=("heartbeat_timeout_ms", "max_evict", *OUTBOX_ARGS),
         reporting=True,
         reply=("evicted", "idle"),
+    ),
+    "line": Contract(
+        keys=("waiting", "heartbeat", "mark", "window", "line", "config", "pace", "draw"),
+        args=("default_batch", "default_tick_ms", "presence_window_s", "read_cap_s", "max_crossings", "points",
+              "idle_ttl_ms"),
+        reply=("edge", "crossed", "waiting"),
     ),
     "forget_target": Contract(keys=("targets",), args=("target", "nonce")),
     "raise_mark": Contract(keys=("mark", "tick"), args=("seq", "tick_ms", "idle_ttl_ms")),

@@ -54,6 +54,11 @@ OPEN_KEPT_MS = 1_800_000
 # seqs the old primary handed out are below its clock, and this covers the new node's clock running up to a second
 # behind the old one's beyond the time the failover took.
 FENCE_MARGIN_US = 1_000_000
+# Most places one tick starts the heartbeat clock of as they cross into the presence window (line.lua): about a
+# batch does each tick, and at an opening the whole window; the edge goes on from the last one at the next tick.
+MAX_CROSSINGS = 5000
+# Points of the line's shape in /line: one every 1 % of the waiting, so a client places itself within 1 %.
+LINE_POINTS = 100
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class PumpRules:
     heartbeat_timeout_ms: int
     max_evict: int
     idle_ttl_ms: int
+    presence_window_s: int = 120
+    line_read_cap_s: int = 300
     following: shop_health.FollowRules = shop_health.FollowRules()
 
 
@@ -114,6 +121,7 @@ class QueueStore:
         self._draw_finish = load_script(client, "draw_finish")
         self._admit = load_script(client, "admit")
         self._evict = load_script(client, "evict")
+        self._line = load_script(client, "line")
         self._forget_target = load_script(client, "forget_target")
         self._consume = load_script(client, "consume")
         self._restore = load_script(client, "restore")
@@ -377,6 +385,15 @@ class QueueStore:
             eta_inside=counters.get("eta_inside", 0),
             eta_errors=eta_errors,
         )
+
+    def line(self, target: Target) -> str | None:
+        """The line's public state as the pump last wrote it (JSON text), or None: one GET. None for an unknown
+        target and for one the pump has not ticked yet: `known` tells them apart."""
+        return self._guarded(self.client.get, self.keys(target).line)
+
+    def known(self, target: Target) -> bool:
+        """Whether an operator opened the target (or a first enter did)."""
+        return bool(self._guarded(self.client.hexists, self.keys(target).config, KNOWN_SINCE))
 
     def config(self, target: Target) -> tuple[TargetConfig, str] | None:
         """The target's own configuration (unset fields fall back to the global defaults) and its version; None if
@@ -642,6 +659,7 @@ class QueueStore:
                     prequeue=k.prequeue,
                     events=k.events,
                     ended=k.ended,
+                    window=k.window,
                     heartbeat_timeout_ms=rules.heartbeat_timeout_ms,
                     max_evict=rules.max_evict,
                     **self.outbox,
@@ -690,12 +708,32 @@ class QueueStore:
                     fence_window_ms=rules.heartbeat_timeout_ms,
                 )
             )
+            # After admitting: the window and the public state start from the mark this tick moved.
+            calls.append(
+                self._line.bind(
+                    waiting=k.waiting,
+                    heartbeat=k.heartbeat,
+                    mark=k.mark,
+                    window=k.window,
+                    line=k.line,
+                    config=k.config,
+                    pace=k.pace,
+                    draw=k.draw,
+                    default_batch=rules.batch,
+                    default_tick_ms=rules.tick_ms,
+                    presence_window_s=rules.presence_window_s,
+                    read_cap_s=rules.line_read_cap_s,
+                    max_crossings=MAX_CROSSINGS,
+                    points=LINE_POINTS,
+                    idle_ttl_ms=rules.idle_ttl_ms,
+                )
+            )
         replies = run_pipelined(self.client, calls)
         results: dict[Target, TargetTick | Exception] = {}
-        for target, evicted, adjusted, admitted in zip(
-            targets, replies[0::3], replies[1::3], replies[2::3], strict=True
+        for target, evicted, adjusted, admitted, lined in zip(
+            targets, replies[0::4], replies[1::4], replies[2::4], replies[3::4], strict=True
         ):
-            error = next((r for r in (evicted, adjusted, admitted) if isinstance(r, Exception)), None)
+            error = next((r for r in (evicted, adjusted, admitted, lined) if isinstance(r, Exception)), None)
             if error is not None:
                 results[target] = error
                 continue
