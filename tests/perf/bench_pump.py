@@ -305,7 +305,7 @@ def abandonment(url: str, users: int = benchlib.scaled(20_000, 2_000), ticks: in
 
 
 def silent_abandonment(
-    url: str, users: int = benchlib.scaled(20_000, 8_000), ticks: int = benchlib.scaled(200, 20)
+    url: str, users: int = benchlib.scaled(20_000, 8_000), ticks: int = benchlib.scaled(200, 80)
 ) -> dict:
     """30 % of the users beyond the presence window stop polling (silent five heartbeat timeouts before the sale
     runs); the others poll inside the window as told. Share of the admissions beyond the first window (slots spent)
