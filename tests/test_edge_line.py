@@ -165,3 +165,13 @@ def test_a_presence_window_under_twice_the_heartbeat_timeout_is_refused_at_start
     # A silent user crossing in would be evicted only after the mark had passed them: a wasted slot.
     with pytest.raises(ConfigError, match="VQ_PRESENCE_WINDOW_S"):
         load_settings({"VQ_HEARTBEAT_TIMEOUT_S": "60", "VQ_PRESENCE_WINDOW_S": "119"})
+
+
+@pytest.mark.parametrize("path", ["/virtual-queues/limited-drop/07/line", "/virtual-queues/no-such-type/39/line"])
+def test_a_malformed_target_on_line_is_a_4xx_that_no_cache_keeps(api, path):
+    refused = api.http.get(path)
+    assert refused.status_code in (400, 404) and json.loads(refused.body)["code"] in (
+        "INVALID_ARGUMENT",
+        "UNKNOWN_TARGET_TYPE",
+    )
+    assert refused.headers["Cache-Control"] == "no-store"
