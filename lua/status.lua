@@ -136,11 +136,22 @@ if not seq_text then
     end
   end
   redis.call('HINCRBY', stats, 'restored', 1)
+  -- What a restore writes lives as long as the line's mark (the pump slides both): a node that lacked these keys
+  -- would otherwise hold them with no expiry until the pump's next tick, and for good without one.
+  local line_ttl = redis.call('PTTL', mark)
+  local function expire_with_line(...)
+    for _, key in ipairs(line_ttl > 0 and {...} or {}) do
+      redis.call('PEXPIRE', key, line_ttl, 'NX')
+    end
+  end
   if opens_at and tonumber(now_ms) < tonumber(opens_at) and redis.call('HGET', draw, 'opens_at_ms') ~= opens_at then
     redis.call('ZADD', prequeue, ticket_entry, user_id)
+    expire_with_line(stats, ended, prequeue)
     return {'PRE_QUEUE', ticket_entry, opens_at}
   end
   redis.call('ZADD', waiting, ticket_entry, user_id)
+  redis.call('ZADD', heartbeat, now_ms, user_id)
+  expire_with_line(stats, ended, waiting, heartbeat)
   seq_text = ticket_entry
 end
 -- The same text is the same number (Redis and Python spell a seq alike): the common poll compares no numbers.

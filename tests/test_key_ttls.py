@@ -1,6 +1,7 @@
 """Every key the scripts write expires, apart from the operator's `config`: each journey (enter, admit, buy, fail
-and restore, leave, evict, pre-queue, draw, forget) runs against a real Redis and pump, and after each one every
-key under the test's prefix is checked for a TTL. A key without one would outlive its queue for good."""
+and restore, leave, evict, pre-queue, draw, forget, a failover's restore) runs against a real Redis and pump, and
+after each one every key under the test's prefix is checked for a TTL. A key without one would outlive its queue
+for good."""
 
 import time
 
@@ -11,9 +12,11 @@ from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from tests.support.ticks import wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
 SHOW = Target("ticketing-event", 7)
+RESTOCK = Target("limited-drop", 43)
 
 
 def keys_without_ttl(client, prefix):
@@ -51,7 +54,7 @@ def journey(env, origin, client, prefix):
         assert keys_without_ttl(client, prefix) == [], f"after {name}"
 
     yield run
-    assert len(scanned) == 9
+    assert len(scanned) == 10
 
 
 def tick(times=1):
@@ -119,6 +122,37 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         tick()
         assert room.status(SHOW, "2", tickets[SHOW, 2]).status in ("WAITING", "ADMITTED")
 
+    def failover_restore():
+        # A promoted replica that lagged (docs/failover.md): it holds the line's numbers as they were after the first
+        # tick, and none of its places, counters or records. A token given back while maxActive is full stays used
+        # (restore.lua), and tickets restore the places lost, admitted or waiting (status.lua).
+        store, settings = runtime.store(), runtime.settings()
+        keys, pump = store.keys(RESTOCK), Pump(store, settings)
+        for user in (1, 2):
+            tickets[RESTOCK, user] = room.enter(RESTOCK, str(user)).queue_ticket
+        wait_for_next_tick(client, settings.tick_ms)
+        pump.tick()  # admits users 1 and 2
+        node = {key: (client.dump(key), client.pttl(key)) for key in (keys.tick, keys.mark, keys.seq)}
+        token = room.status(RESTOCK, "1", tickets[RESTOCK, 1]).entry_token
+        for user in (3, 4, 5):
+            tickets[RESTOCK, user] = room.enter(RESTOCK, str(user)).queue_ticket
+        room.leave(RESTOCK, "2", tickets[RESTOCK, 2])
+        wait_for_next_tick(client, settings.tick_ms)
+        pump.tick()  # admits users 3 and 4
+        assert room.status(RESTOCK, "3", tickets[RESTOCK, 3]).status == "ADMITTED"
+        assert store.consume(token, "purchase", int(time.time() * 1000)) == "FIRST"
+
+        client.delete(keys.waiting, keys.heartbeat, keys.ended, keys.stats, keys.waits)
+        for key, (value, ttl) in node.items():
+            client.restore(key, ttl, value, replace=True)
+        room.configure(RESTOCK, TargetConfig(max_active=1))
+        assert store.restore(token, "purchase") is False  # user 3 holds maxActive's room: it stays used
+        assert keys_without_ttl(client, store.prefix) == [], "after a token kept used"
+        wait_for_next_tick(client, settings.tick_ms)
+        assert pump.tick().targets[RESTOCK].fenced != (0, 0)
+        assert room.status(RESTOCK, "4", tickets[RESTOCK, 4]).status == "ADMITTED"  # from its ticket
+        assert room.status(RESTOCK, "5", tickets[RESTOCK, 5]).status == "WAITING"  # back at its seq
+
     def forget():
         for user in (1, 2, 3):
             room.leave(SHOW, str(user), tickets[SHOW, user])
@@ -136,5 +170,6 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         ("pre-queue", pre_queue),
         ("draw", draw),
         ("forget", forget),
+        ("failover restore", failover_restore),
     ]:
         journey(name, steps)
