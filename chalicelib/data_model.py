@@ -72,7 +72,7 @@ def _f(name: str, holds: str, writers: str, readers: str = "") -> Field:
 # from its settings list; these scripts read them by name.
 _SETTING_READERS = {
     "batch": "enter.lua status.lua admit.lua adjust_rate.lua",
-    "tick_ms": "enter.lua status.lua admit.lua adjust_rate.lua",
+    "tick_ms": "enter.lua status.lua admit.lua adjust_rate.lua leave.lua",
     "max_waiting": "enter.lua admit.lua",
     "max_active": "enter.lua admit.lua restore.lua",
     "opens_at_ms": "enter.lua status.lua admit.lua configure.lua draw_begin.lua",
@@ -99,7 +99,13 @@ SETTINGS: tuple[Field, ...] = tuple(
 _COUNTERS = (
     _f("admitted", "users the pump admitted", "admit.lua", "store.py"),
     _f("passed_through", "newcomers the safety net admitted as they entered", "enter.lua", "store.py"),
-    _f("left", "users who left the line", "leave.lua", "enter.lua status.lua store.py"),
+    _f("left", "users who left the line", "leave.lua", "store.py"),
+    _f(
+        "eta_left",
+        "...of which the ETA's range counts as departures: after a tick in line, one per user in ten minutes",
+        "leave.lua",
+        "enter.lua status.lua",
+    ),
     _f("evicted", "users evicted for not polling", "evict.lua", "enter.lua status.lua store.py"),
     _f(
         "waiting_user_ms",
@@ -163,7 +169,7 @@ TARGET_KEYS: tuple[Key, ...] = (
         "the admitted mark: a user whose seq <= mark is admitted; a new line's starts just below its first seq",
         IDLE,
         ("enter.lua", "admit.lua", "raise_mark.lua"),
-        ("enter.lua", "status.lua", "admit.lua", "raise_mark.lua", "restore.lua", "stats.lua"),
+        ("enter.lua", "status.lua", "admit.lua", "raise_mark.lua", "restore.lua", "stats.lua", "leave.lua"),
         "Rate",
         slid=True,
     ),
@@ -175,6 +181,24 @@ TARGET_KEYS: tuple[Key, ...] = (
         ("admit.lua", "raise_mark.lua"),
         ("admit.lua", "raise_mark.lua", "stats.lua"),
         "Rate",
+    ),
+    Key(
+        "passed",
+        "sorted set",
+        "user id -> server time (ms) of the safety net's last pass for them: one pass per user in ten minutes",
+        "ten minutes from its last write",
+        ("enter.lua",),
+        ("enter.lua",),
+        "Rate",
+    ),
+    Key(
+        "departed",
+        "sorted set",
+        "user id -> server time (ms) of their last leave the ETA's range counted (docs/waits.md)",
+        "ten minutes from its last write",
+        ("leave.lua",),
+        ("leave.lua",),
+        None,
     ),
     Key(
         "budget",
@@ -316,6 +340,7 @@ TARGET_KEYS: tuple[Key, ...] = (
             "draw_begin.lua",
             "observe_purchase.lua",
             "stats.lua",
+            "leave.lua",
         ),
         "Capacity",
         fields=(

@@ -6,7 +6,7 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
--- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; left, evicted, waiting_user_ms (departures
+-- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; eta_left, evicted, waiting_user_ms (departures
 --                     and the time they are a rate of); the ETA's accuracy: eta_samples, eta_inside, and
 --                     `eta_error:<bucket>`, a histogram of etaSeconds' absolute error (buckets as the waits')
 -- KEYS[6] pace        hash: `rate`, admissions per second measured by the pump (admit.lua)
@@ -197,6 +197,7 @@ elseif draw_state then
   drawn = last or '0'
 end
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
-local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'left', 'evicted', 'waiting_user_ms'))
+local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'eta_left', 'evicted',
+  'waiting_user_ms'))
 return {'WAITING', tonumber(seq_text), ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
   tick_ms or default_tick_ms, drawn, left, evicted, waiting_user_ms}
