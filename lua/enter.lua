@@ -128,7 +128,8 @@ if not seq_number and not arrival then
   end
   -- Only users not yet admitted take up capacity; a newcomer has every one of those in line ahead.
   ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '+inf')
-  if ahead + redis.call('ZCARD', prequeue) >= tonumber(config_values[3] or default_max_waiting) then
+  local pre_queued = redis.call('ZCARD', prequeue)
+  if ahead + pre_queued >= tonumber(config_values[3] or default_max_waiting) then
     return {'FULL'}
   end
   -- The seq fence (docs/failover.md#the-fences): a seq is above the last one handed out and never below the
@@ -152,7 +153,7 @@ if not seq_number and not arrival then
   -- shares, lasts. One pass per user in the window: an account that leaves (or buys) and enters again queues, so
   -- it cannot take the tick's budget from everyone else.
   local server_ms, since
-  if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and redis.call('ZCARD', prequeue) == 0 then
+  if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and pre_queued == 0 then
     server_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
     since = server_ms - tonumber(pass_window_ms)
     local max_active = tonumber(redis.call('HGET', config, 'max_active'))
@@ -171,6 +172,9 @@ if not seq_number and not arrival then
   if opens_at and now < opens_at and redis.call('HGET', draw, 'opens_at_ms') ~= config_values[4] then
     arrival = number
     redis.call('ZADD', prequeue, seq_text, user_id)
+    if pre_queued == 0 then
+      redis.call('PEXPIRE', prequeue, idle_ttl_ms, 'NX') -- a new pre-queue expires, as below
+    end
   elseif passes then
     -- An entry number like any newcomer's, and the mark past it: seq <= mark still means admitted.
     held = seq_text .. ' ' .. grant_expires_s .. '.' .. string.sub(redis.sha1hex(entry_key .. '|' .. seq_text), 1, 22)
@@ -192,6 +196,11 @@ if not seq_number and not arrival then
 end
 if seq_number then
   redis.call('ZADD', heartbeat, now_ms, user_id)
+  -- The first newcomer of an emptied line writes its keys anew: they expire at once, not at the pump's next tick.
+  if created == 1 and ahead == 0 then
+    redis.call('PEXPIRE', waiting, idle_ttl_ms, 'NX')
+    redis.call('PEXPIRE', heartbeat, idle_ttl_ms, 'NX')
+  end
 end
 
 -- Not sliding: should the registration itself be lost, an enter within registration_refresh_ms registers again.

@@ -1,7 +1,7 @@
 """Every key the scripts write expires, apart from the operator's `config`: each journey (enter, admit, buy, fail
-and restore, leave, evict, pre-queue, draw, forget, a failover's restore) runs against a real Redis and pump, and
-after each one every key under the test's prefix is checked for a TTL. A key without one would outlive its queue
-for good."""
+and restore, leave, evict, pre-queue, draw, forget, a failover's restore, entering an emptied line) runs against a
+real Redis and pump, and after each one every key under the test's prefix is checked for a TTL. A key without one
+would outlive its queue for good."""
 
 import time
 
@@ -17,6 +17,7 @@ from tests.support.ticks import wait_for_next_tick
 DROP = Target("limited-drop", 42)
 SHOW = Target("ticketing-event", 7)
 RESTOCK = Target("limited-drop", 43)
+REFILL, PREVIEW = Target("limited-drop", 44), Target("ticketing-event", 8)
 
 
 def keys_without_ttl(client, prefix):
@@ -54,7 +55,7 @@ def journey(env, origin, client, prefix):
         assert keys_without_ttl(client, prefix) == [], f"after {name}"
 
     yield run
-    assert len(scanned) == 10
+    assert len(scanned) == 11
 
 
 def tick(times=1):
@@ -152,6 +153,7 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         assert pump.tick().targets[RESTOCK].fenced != (0, 0)
         assert room.status(RESTOCK, "4", tickets[RESTOCK, 4]).status == "ADMITTED"  # from its ticket
         assert room.status(RESTOCK, "5", tickets[RESTOCK, 5]).status == "WAITING"  # back at its seq
+        pump._release()
 
     def forget():
         for user in (1, 2, 3):
@@ -159,6 +161,17 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         tick(2)
         assert runtime.store().registered_targets() == {}
         room.leave(DROP, "1", tickets[1])  # a departure after the pump forgot the target
+
+    def enter_an_emptied_line():
+        # The line's keys went with its last user (a sorted set without members is no key); the registration is still
+        # fresh, so the next newcomer's enter does not slide the keys' TTLs: it must give them one.
+        first = room.enter(REFILL, "1").queue_ticket
+        tick()
+        assert room.status(REFILL, "1", first).status == "ADMITTED"
+        assert room.enter(REFILL, "2").status == "WAITING"
+        room.configure(PREVIEW, TargetConfig(opens_at_ms=int(time.time() * 1000) + 3_600_000))
+        room.leave(PREVIEW, "1", room.enter(PREVIEW, "1").queue_ticket)
+        assert room.enter(PREVIEW, "2").status == "PRE_QUEUE"
 
     for name, steps in [
         ("enter", enter),
@@ -171,5 +184,6 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         ("draw", draw),
         ("forget", forget),
         ("failover restore", failover_restore),
+        ("enter an emptied line", enter_an_emptied_line),
     ]:
         journey(name, steps)
