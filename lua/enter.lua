@@ -10,8 +10,8 @@
 -- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters: `not_invited` counts enters an invite-only target refused,
---                     `passed_through` newcomers the safety net admitted; eta_left, evicted, waiting_user_ms (departures
---                     and the time they are a rate of)
+--                     `passed_through` newcomers the safety net admitted; eta_left, evicted, waiting_user_ms
+--                     (departures and the time they are a rate of)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
 --                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only, safety_net,
 --                     max_active
