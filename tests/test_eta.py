@@ -127,8 +127,10 @@ def test_a_leave_counts_as_a_departure_after_a_tick_in_line_once_per_user(make_r
         time.sleep(seconds)
         return ticket
 
-    room.leave(DROP, "a", stay("a", 0))  # within its first tick: the pump counted none of its time
+    room.configure(DROP, TargetConfig(tick_ms=60_000))
+    room.leave(DROP, "a", stay("a", 0.12))  # within its first tick: the pump counted none of its time
     assert counted() == 0
+    room.configure(DROP, TargetConfig(tick_ms=100))
     room.leave(DROP, "b", stay("b", 0.12))  # a tick and more in line
     assert counted() == 1
     room.leave(DROP, "b", stay("b", 0.12))  # again within ten minutes: once per user
