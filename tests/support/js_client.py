@@ -30,9 +30,12 @@ CLIENT = ROOT / "clients" / "js"
 LOG = ROOT / "build" / "test-js" / "api.log"
 NO_NODE = "Node 20+ and npm are not installed (apt-get install nodejs npm)"
 # The stack the integration tests meet: a tick of 500 ms, so a turn, a Retry-After (one tick, at least 1 s) and
-# the pacing near the front all come within seconds.
+# the pacing near the front all come within seconds; a heartbeat of 5 s (polls at most 1.6 s apart) and, where the
+# stack has issue 39's /line, a presence window of 10 s (at least twice the heartbeat), so a place 15 s back is far.
 STACK_ENV = {
     "VQ_TICK_MS": "500",
+    "VQ_HEARTBEAT_TIMEOUT_S": "5",
+    "VQ_PRESENCE_WINDOW_S": "10",
     "POWERTOOLS_METRICS_DISABLED": "true",
     "POWERTOOLS_LOG_LEVEL": "WARNING",
 }

@@ -1,6 +1,6 @@
 // Every code the queue answers with (docs/api.md, "Errors"), and the client's own for answers without one.
 
-/** The codes of docs/api.md's error table; test/errors.test.mjs keeps this list and the table equal. */
+/** The codes of docs/api.md's error table (test/line.test.mjs keeps them equal), with the /line contract's. */
 export const QUEUE_ERROR_CODES = [
   "INVALID_ARGUMENT",
   "UNAUTHENTICATED",
@@ -22,6 +22,7 @@ export const QUEUE_ERROR_CODES = [
   "ORIGIN_UNAVAILABLE",
   "QUEUE_UNAVAILABLE",
   "ORIGIN_NOT_CONFIGURED",
+  "LINE_NOT_PUBLISHED",
 ] as const;
 
 export type QueueErrorCode = (typeof QUEUE_ERROR_CODES)[number];

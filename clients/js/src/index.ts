@@ -5,4 +5,6 @@ export { QUEUE_ERROR_CODES, QueueError, isQueueError } from "./errors.js";
 export type { ClientErrorCode, ErrorCode, QueueErrorCode } from "./errors.js";
 export { memoryStorage } from "./storage.js";
 export type { TicketStorage } from "./storage.js";
-export { MAX_BACKOFF_MS, MIN_POLL_MS, parseRetryAfter, pollDelay, retryDelay } from "./pacing.js";
+export { movedSince, nextReadMs, placeIn, readLineState } from "./far.js";
+export type { LineState, Placement } from "./far.js";
+export { MAX_BACKOFF_MS, THROTTLE_MIN_MS, MIN_POLL_MS, parseRetryAfter, pollDelay, retryDelay } from "./pacing.js";

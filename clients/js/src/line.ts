@@ -1,7 +1,8 @@
 // One shopper's place in one line: enter, poll as the server paces, buy once, leave (docs/api.md, docs/clients.md).
 
 import { QueueError } from "./errors.js";
-import { parseRetryAfter, pollDelay, retryDelay } from "./pacing.js";
+import { movedSince, nextReadMs, placeIn, readLineState, type LineState, type Placement } from "./far.js";
+import { MIN_POLL_MS, parseRetryAfter, pollDelay, retryDelay } from "./pacing.js";
 import { Kept, memoryStorage, type TicketStorage } from "./storage.js";
 
 export type EntryStatus = "PRE_QUEUE" | "WAITING" | "ADMITTED" | "DIRECT_ADMITTED" | "SOLD_OUT";
@@ -18,6 +19,8 @@ export interface Update {
   opensAt: string | null;
   /** When the next poll goes out, as the server advised. */
   pollAfterMs: number | null;
+  /** Far back: worked out here from the line's public state (`/line`), not answered for this entry. */
+  fromLine: boolean;
 }
 
 /** The turn: buy with `line.buy` before `expiresAt`. `direct`: let in past no line (queue off, or an outage). */
@@ -98,6 +101,9 @@ export class WaitingLine {
   private readonly fetch: typeof fetch;
   private readonly listeners = new Map<keyof Events, Set<(value: never) => void>>();
   private readonly entries: string;
+  private readonly lineUrl: string;
+  private seq: string | null = null; // far back: this entry's seq, placed in the line's shape
+  private farBack = false; // the next call is a read of /line
   private timer: unknown = null;
   private run = 0; // bumped by stop(): an answer to an earlier run's call is dropped
   private failures = 0;
@@ -111,6 +117,7 @@ export class WaitingLine {
     this.fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     const base = options.baseUrl.replace(/\/+$/, "");
     this.entries = `${base}/virtual-queues/${encodeURIComponent(options.type)}/${encodeURIComponent(String(options.targetId))}/entries`;
+    this.lineUrl = this.entries.replace(/\/entries$/, "/line");
     const key = options.storageKey ?? `vq:${options.type}:${options.targetId}:${options.userId ?? "me"}`;
     this.record = new Kept(options.storage ?? memoryStorage(), key);
   }
@@ -179,12 +186,18 @@ export class WaitingLine {
     await this.record.clear();
   }
 
+  /** Back in the foreground (an app's AppState, a page's visibilitychange): far back, read the line at once. */
+  wake(): void {
+    if (this.farBack) this.later(() => this.readLine(this.run), 0);
+  }
+
   /** Stop polling; storage keeps the place, so a later `join()` (or the app's next start) resumes it. */
   stop(): void {
     this.run += 1;
     if (this.timer !== null) this.clock.clearTimeout(this.timer);
     this.timer = null;
     this.failures = 0;
+    this.farBack = false;
   }
 
   // --- entering and polling ---
@@ -229,10 +242,71 @@ export class WaitingLine {
     }
     this.emit("update", update);
     this.settle?.(update);
+    const lineAfterMs = typeof entry.lineAfterMs === "number" && Number.isFinite(entry.lineAfterMs) ? entry.lineAfterMs : null;
+    if (state === "WAITING" && lineAfterMs !== null && typeof entry.seq === "string") {
+      // Far back: read the line's public state next, not this place (docs/api.md).
+      this.seq = entry.seq;
+      this.advisedMs = lineAfterMs;
+      this.farBack = true;
+      return this.later(() => this.readLine(run), Math.max(lineAfterMs, MIN_POLL_MS));
+    }
+    this.farBack = false;
     this.advisedMs = update.pollAfterMs;
     const opensAt = update.opensAt ? Date.parse(update.opensAt) : NaN;
     const delay = pollDelay(entry.pollAfterMs, Number.isNaN(opensAt) ? null : opensAt, this.clock.now(), this.random);
     this.later(() => this.poll(run), delay);
+  }
+
+  // --- far back: the line's public state, and the place worked out from it (docs/api.md, steps 1-6) ---
+
+  private async readLine(run: number): Promise<void> {
+    this.farBack = false;
+    const answer = await this.send("GET", this.lineUrl, {}); // no identity: one cached answer for everyone
+    if (run !== this.run) return;
+    const line = answer.status === 200 ? readLineState(answer.body) : null;
+    // Any other answer, a line that no longer moves for us, or our turn: ask for our own place now.
+    if (!line || this.seq === null || ["SOLD_OUT", "PRE_QUEUE", "OPENING"].includes(line.state)) return this.poll(run);
+    const placed = placeIn(line, this.seq);
+    if (placed.turnCame) return this.poll(run);
+    const offset = line.serverTimeMs - this.clock.now();
+    if (line.state === "PAUSED") {
+      this.emit("update", this.farUpdate(placed, 0, null, true));
+      this.farBack = true;
+      return this.later(() => this.readLine(run), line.readCapS * 1000);
+    }
+    if (line.ratePerSec <= 0) return this.poll(run);
+    const etaS = (placed.ahead - movedSince(line, this.clock.now() + offset)) / line.ratePerSec;
+    this.follow(run, line, placed, offset, this.clock.now() + nextReadMs(etaS, line, this.random));
+  }
+
+  /** Between reads: the place moves at the line's rate, an update a second, until the next read or the window. */
+  private follow(run: number, line: LineState, placed: Placement, offset: number, readAtMs: number): void {
+    const moved = movedSince(line, this.clock.now() + offset);
+    const etaS = Math.max(0, placed.ahead - moved) / line.ratePerSec;
+    if (etaS <= line.presenceWindowS) return void this.poll(run);
+    this.emit("update", this.farUpdate(placed, moved, line.ratePerSec, false));
+    this.farBack = true;
+    const untilRead = readAtMs - this.clock.now();
+    const untilWindow = (etaS - line.presenceWindowS) * 1000;
+    if (untilRead <= Math.min(1000, untilWindow)) return this.later(() => this.readLine(run), Math.max(0, untilRead));
+    this.later(async () => this.follow(run, line, placed, offset, readAtMs), Math.min(1000, untilWindow));
+  }
+
+  private farUpdate(placed: Placement, moved: number, ratePerSec: number | null, paused: boolean): Update {
+    const left = (count: number) => Math.max(0, count - moved);
+    const eta = (count: number) => (ratePerSec ? Math.round(left(count) / ratePerSec) : null);
+    return {
+      state: "WAITING",
+      position: Math.round(left(placed.ahead)) + 1,
+      aheadCount: Math.round(left(placed.ahead)),
+      etaSeconds: eta(placed.ahead),
+      etaLowSeconds: eta(placed.aheadLow),
+      etaHighSeconds: eta(placed.aheadHigh),
+      paused,
+      opensAt: null,
+      pollAfterMs: null,
+      fromLine: true,
+    };
   }
 
   private admitted(entryToken: string, expiresAt: string | null, direct: boolean): void {
@@ -246,7 +320,8 @@ export class WaitingLine {
     const error = failure(answer);
     if (answer.status === 0 || answer.status === 429 || answer.status >= 500) {
       this.failures += 1;
-      const retryInMs = retryDelay(this.failures, answer.retryAfterMs, this.advisedMs, this.random);
+      const throttled = answer.status === 429 && !answer.code;
+      const retryInMs = retryDelay(this.failures, answer.retryAfterMs, this.advisedMs, this.random, throttled);
       this.emit("trouble", { error, failures: this.failures, retryInMs });
       this.later(again, retryInMs);
       return;
@@ -331,6 +406,7 @@ function toUpdate(entry: Json): Update {
     paused: entry.paused === true,
     opensAt: typeof entry.opensAt === "string" ? entry.opensAt : null,
     pollAfterMs: num(entry.pollAfterMs),
+    fromLine: false,
   };
 }
 

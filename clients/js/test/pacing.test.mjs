@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { MAX_BACKOFF_MS, WaitingLine, parseRetryAfter, retryDelay } from "../dist/index.js";
+import { MAX_BACKOFF_MS, THROTTLE_MIN_MS, WaitingLine, parseRetryAfter, retryDelay } from "../dist/index.js";
 import { FakeClock, admitted, refused, scriptedFetch, waiting } from "./fakes.mjs";
 
 function line(clock, respond, options = {}) {
@@ -37,7 +37,7 @@ test("each update carries the place and the range the wait is expected in", asyn
   await queue.join();
   assert.deepEqual(updates[0], {
     state: "WAITING", position: 5, aheadCount: 4, etaSeconds: 5, etaLowSeconds: 5, etaHighSeconds: 10,
-    paused: true, opensAt: null, pollAfterMs: 2000,
+    paused: true, opensAt: null, pollAfterMs: 2000, fromLine: false,
   });
   queue.stop();
 });
@@ -59,8 +59,9 @@ test("a 429 storm with Retry-After: every try waits it out, plus at most a tenth
   assert.deepEqual(troubles.map((t) => t.failures), [1, 2, 3, 4, 5, 6]);
 });
 
-test("without Retry-After, 429 and 503 back off 1, 2, 4, 8, 15 s (upper half drawn), then stay at 15 s", async () => {
-  for (const failing of [{ status: 429, body: { message: "Too Many Requests" } }, refused(503, "QUEUE_UNAVAILABLE")]) {
+test("without Retry-After, 503 and 502 back off 1, 2, 4, 8, 15 s (upper half drawn), then stay at 15 s; the edge's 429 never within 3 s", async () => {
+  const throttle = { status: 429, body: { message: "Too Many Requests" } };
+  for (const failing of [throttle, refused(503, "QUEUE_UNAVAILABLE"), { status: 502, body: "<html>bad gateway</html>" }]) {
     for (const draw of [0, 0.999]) {
       const clock = new FakeClock();
       const { queue, calls } = line(clock, (_, n) => (n <= 7 ? failing : waiting(1, 1000)), { random: () => draw });
@@ -70,7 +71,8 @@ test("without Retry-After, 429 and 503 back off 1, 2, 4, 8, 15 s (upper half dra
       queue.stop();
       const ceilings = [1000, 2000, 4000, 8000, 15000, MAX_BACKOFF_MS, MAX_BACKOFF_MS];
       gaps(calls.slice(0, 8)).forEach((gap, i) => {
-        assert.ok(gap >= ceilings[i] / 2 && gap <= ceilings[i], `${failing.status} gap ${i}: ${gap}`);
+        const floor = failing === throttle ? THROTTLE_MIN_MS : 0;
+        assert.ok(gap >= Math.max(ceilings[i] / 2, floor) && gap <= Math.max(ceilings[i], floor), `${failing.status} gap ${i}: ${gap}`);
       });
     }
   }
