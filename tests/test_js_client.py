@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.js_client import counts
+import pytest
+
+from tests.support.js_client import build, counts, node_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,3 +61,28 @@ def test_the_report_counts_what_node_s_tap_summary_says_and_each_skip_s_reason()
     outcomes, skips = counts(tap)
     assert dict(outcomes) == {"passed": 1, "failed": 1, "skipped": 1, "error": 0}
     assert dict(skips) == {"the stack has no /line route": 1}
+
+
+@pytest.mark.slow
+def test_the_client_crowd_runs_both_crowds_through_the_origin_and_counts_each_round():
+    """infra/sim/client_crowd.py with a tiny crowd: every user of both crowds buys, and the origin's log counts at
+    least an enter, a poll and a purchase per user in each round. (The ratio itself is a figure it prints.)"""
+    missing = node_missing()
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    build()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "infra" / "sim" / "client_crowd.py"), "--users", "30", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "library / simulator origin requests:" in done.stdout, done.stdout + done.stderr
+    report = json.loads((ROOT / "build" / "client-crowd" / "report.json").read_text())
+    assert [r["crowd"] for r in report["rounds"]] == ["simulator", "library"]
+    for r in report["rounds"]:
+        assert r["outcomes"] == {"bought": 30}
+        assert r["requests"] >= 3 * 30
+    assert len(report["ratios"]) == 1
