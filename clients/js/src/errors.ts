@@ -32,9 +32,10 @@ export type QueueErrorCode = (typeof QUEUE_ERROR_CODES)[number];
  * NETWORK: no answer (refused, reset, or none within `callTimeoutMs`);
  * THROTTLED: a 429 without a code (the edge: API Gateway's throttle or the WAF);
  * UNEXPECTED_ANSWER: any other answer without a code (a gateway's or proxy's page, or a shop's refusal of its own);
- * NOT_ADMITTED: `buy` before the line handed over an entry token.
+ * NOT_ADMITTED: `buy` before the line handed over an entry token;
+ * IN_LINE_ELSEWHERE: header mode, the user is in line from another window or device, which holds the ticket.
  */
-export type ClientErrorCode = "NETWORK" | "THROTTLED" | "UNEXPECTED_ANSWER" | "NOT_ADMITTED";
+export type ClientErrorCode = "NETWORK" | "THROTTLED" | "UNEXPECTED_ANSWER" | "NOT_ADMITTED" | "IN_LINE_ELSEWHERE";
 
 export type ErrorCode = QueueErrorCode | ClientErrorCode;
 

@@ -206,7 +206,13 @@ export class WaitingLine {
     const answer = await this.call("POST", this.entries, {});
     if (run !== this.run) return;
     if (answer.status === 200 && answer.body) {
-      if (typeof answer.body.queueTicket === "string") await this.record.change({ ticket: answer.body.queueTicket });
+      const ticket = answer.body.queueTicket;
+      const kept = typeof ticket === "string" ? await this.record.change({ ticket }) : await this.record.read();
+      if (run !== this.run) return;
+      if (!kept.ticket && ["WAITING", "PRE_QUEUE"].includes(String(answer.body.status))) {
+        // Header mode hands the ticket to the first entry only: another device or window holds this place.
+        return this.end(new QueueError(200, "IN_LINE_ELSEWHERE", "in line already, from a window or device whose ticket this one lacks"));
+      }
       return this.handle(answer.body, run);
     }
     if (answer.code === "ALREADY_ADMITTED" && (await this.record.read()).ticket) return this.poll(run);
@@ -326,6 +332,11 @@ export class WaitingLine {
       this.later(again, retryInMs);
       return;
     }
+    this.end(error);
+  }
+
+  /** A refusal: polling stops, and join() rejects with it (or, once joined, an "error" event says it). */
+  private end(error: QueueError): void {
     this.stop();
     if (this.settle) this.settle(null, error);
     else this.emit("error", error);

@@ -82,6 +82,14 @@ test("header mode: ALREADY_ADMITTED on enter with a ticket kept polls it for the
   assert.deepEqual(calls.map((c) => c.method), ["GET"]);
 });
 
+test("header mode: in line already without the ticket (another window holds it) is IN_LINE_ELSEWHERE, not a loop", async () => {
+  const clock = new FakeClock();
+  const { queue, calls } = line(clock, () => ({ status: 200, body: { status: "WAITING", position: 3, pollAfterMs: 1000 } }), { userId: "42" });
+  await assert.rejects(queue.join(), (err) => isQueueError(err, "IN_LINE_ELSEWHERE"));
+  await clock.advance(10_000);
+  assert.equal(calls.length, 1);
+});
+
 test("an outage's direct admission is an admission marked direct", async () => {
   const clock = new FakeClock();
   const { queue } = line(clock, () => ({ status: 200, body: { status: "DIRECT_ADMITTED", entryToken: "d", tokenExpiresAt: "2026-12-06T07:01:00Z" } }), { userId: "1" });
