@@ -7,4 +7,4 @@ export { memoryStorage } from "./storage.js";
 export type { TicketStorage } from "./storage.js";
 export { movedSince, nextReadMs, placeIn, readLineState } from "./far.js";
 export type { LineState, Placement } from "./far.js";
-export { MAX_BACKOFF_MS, THROTTLE_MIN_MS, MIN_POLL_MS, parseRetryAfter, pollDelay, retryDelay } from "./pacing.js";
+export { MAX_BACKOFF_MS, MAX_THROTTLED_MS, THROTTLED_MS, MIN_POLL_MS, parseRetryAfter, pollDelay, retryDelay } from "./pacing.js";

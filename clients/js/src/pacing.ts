@@ -3,8 +3,10 @@
 /** Backing off without a Retry-After: 1 s, 2 s, 4 s... up to this, each drawn from its upper half. */
 export const MAX_BACKOFF_MS = 15_000;
 const FIRST_BACKOFF_MS = 1_000;
-/** The edge's throttle (a 429 without a code or Retry-After): never again within a few seconds (docs/api.md). */
-export const THROTTLE_MIN_MS = 3_000;
+/** The edge's throttle (a 429 without a code or Retry-After): 5 s, doubled per refusal in a row up to 60 s, as the
+ * waiting-room page waits (docs/api.md: never within a few seconds). */
+export const THROTTLED_MS = 5_000;
+export const MAX_THROTTLED_MS = 60_000;
 /** A floor under any advice, against a server that says 0 by mistake (real advice is a second or more). */
 export const MIN_POLL_MS = 250;
 
@@ -20,18 +22,21 @@ export function pollDelay(pollAfterMs: unknown, opensAtMs: number | null, nowMs:
 /**
  * The wait before trying again after the `failures`-th failure in a row (429, 503, 5xx, no answer). With
  * Retry-After, that long and up to a tenth more, so that a crowd told the same moment does not come back as one
- * wave; without, exponential back-off drawn from the upper half of 1, 2, 4... 15 s, and after the edge's throttle
- * at least THROTTLE_MIN_MS. Never sooner than the last poll the server advised.
+ * wave; without, exponential back-off drawn from the upper half of 1, 2, 4... 15 s; after the edge's throttle,
+ * 5, 10, 20, 40, 60 s, less up to a tenth so the throttled spread out. Never sooner than the server last advised.
  */
 export function retryDelay(failures: number, retryAfterMs: number | null, advisedMs: number | null, random: () => number, throttled = false): number {
   let wait: number;
-  if (retryAfterMs !== null) {
+  const nth = Math.min(Math.max(failures, 1) - 1, 4);
+  if (throttled && retryAfterMs === null) {
+    wait = Math.min(MAX_THROTTLED_MS, THROTTLED_MS * 2 ** nth) * (1 - random() / 10);
+  } else if (retryAfterMs !== null) {
     wait = retryAfterMs * (1 + random() / 10);
   } else {
-    const ceiling = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** Math.min(Math.max(failures, 1) - 1, 4));
+    const ceiling = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** nth);
     wait = ceiling / 2 + (random() * ceiling) / 2;
   }
-  return Math.max(wait, advisedMs ?? 0, throttled ? THROTTLE_MIN_MS : 0);
+  return Math.max(wait, advisedMs ?? 0);
 }
 
 /** Retry-After in milliseconds: seconds, or an HTTP date (RFC 9110 §10.2.3); null when absent or unreadable. */

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { MAX_BACKOFF_MS, THROTTLE_MIN_MS, WaitingLine, parseRetryAfter, retryDelay } from "../dist/index.js";
+import { MAX_BACKOFF_MS, WaitingLine, parseRetryAfter, retryDelay } from "../dist/index.js";
 import { FakeClock, admitted, refused, scriptedFetch, waiting } from "./fakes.mjs";
 
 function line(clock, respond, options = {}) {
@@ -59,9 +59,8 @@ test("a 429 storm with Retry-After: every try waits it out, plus at most a tenth
   assert.deepEqual(troubles.map((t) => t.failures), [1, 2, 3, 4, 5, 6]);
 });
 
-test("without Retry-After, 503 and 502 back off 1, 2, 4, 8, 15 s (upper half drawn), then stay at 15 s; the edge's 429 never within 3 s", async () => {
-  const throttle = { status: 429, body: { message: "Too Many Requests" } };
-  for (const failing of [throttle, refused(503, "QUEUE_UNAVAILABLE"), { status: 502, body: "<html>bad gateway</html>" }]) {
+test("without Retry-After, 503 and 502 back off 1, 2, 4, 8, 15 s (upper half drawn), then stay at 15 s", async () => {
+  for (const failing of [refused(503, "QUEUE_UNAVAILABLE"), { status: 502, body: "<html>bad gateway</html>" }]) {
     for (const draw of [0, 0.999]) {
       const clock = new FakeClock();
       const { queue, calls } = line(clock, (_, n) => (n <= 7 ? failing : waiting(1, 1000)), { random: () => draw });
@@ -71,11 +70,31 @@ test("without Retry-After, 503 and 502 back off 1, 2, 4, 8, 15 s (upper half dra
       queue.stop();
       const ceilings = [1000, 2000, 4000, 8000, 15000, MAX_BACKOFF_MS, MAX_BACKOFF_MS];
       gaps(calls.slice(0, 8)).forEach((gap, i) => {
-        const floor = failing === throttle ? THROTTLE_MIN_MS : 0;
-        assert.ok(gap >= Math.max(ceilings[i] / 2, floor) && gap <= Math.max(ceilings[i], floor), `${failing.status} gap ${i}: ${gap}`);
+        assert.ok(gap >= ceilings[i] / 2 && gap <= ceilings[i], `${failing.status} gap ${i}: ${gap}`);
       });
     }
   }
+});
+
+test("the edge's 429 (no code, no Retry-After) waits 5, 10, 20, 40, 60 s, less up to a tenth, never under the advice", async () => {
+  const throttle = { status: 429, body: { message: "Too Many Requests" } };
+  for (const draw of [0, 0.999]) {
+    const clock = new FakeClock();
+    const { queue, calls } = line(clock, (_, n) => (n <= 7 ? throttle : waiting(1, 1000)), { random: () => draw });
+    const joined = queue.join();
+    await clock.advance(400_000);
+    await joined;
+    queue.stop();
+    const expected = [5, 10, 20, 40, 60, 60, 60].map((s) => s * 1000 * (1 - draw / 10));
+    gaps(calls.slice(0, 8)).forEach((gap, i) => assert.ok(Math.abs(gap - expected[i]) < 1, `gap ${i}: ${gap}`));
+  }
+  // Told to come back in 20 s, a throttled poll waits at least that, unshortened.
+  const clock = new FakeClock();
+  const { queue, calls } = line(clock, (_, n) => (n === 1 ? waiting(900, 20000) : n === 2 ? throttle : waiting(899, 20000)), { random: () => 0.999 });
+  await queue.join();
+  await clock.advance(41_000);
+  queue.stop();
+  assert.deepEqual(gaps(calls).slice(0, 2), [20000, 20000]);
 });
 
 test("trouble never brings a poll sooner than the server last advised", async () => {
