@@ -42,8 +42,10 @@ from infra.sim.simulate import Api, User, journey  # noqa: E402
 
 CLIENT = ROOT / "clients" / "js"
 OUT = ROOT / "build" / "client-crowd"
-# A request line of the local API's log that the crowd made: its entries and its purchases (not the operator's).
+# A request line of the local API's log that the crowd made: its entries and its purchases (not the operator's);
+# and, apart, its reads of the line's public state (issue 39's /line, which the edge answers when deployed).
 CROWD_REQUEST = re.compile(rf'"(?:POST|GET|DELETE) (?:{re.escape(ENTRIES)}(?:/me)?|{re.escape(PURCHASE)}) HTTP')
+LINE_READ = re.compile(rf'"GET {re.escape(ENTRIES.removesuffix("/entries"))}/line HTTP')
 
 
 def parse_options(argv: list[str] | None) -> argparse.Namespace:
@@ -110,8 +112,16 @@ def one_round(crowd: str, users: list[tuple[int, float]], options: argparse.Name
         else:
             outcomes = library_crowd(users, stack.api_url, options.node_workers)
         took = time.monotonic() - started
-    requests = sum(1 for line in log_path.read_text().splitlines() if CROWD_REQUEST.search(line))
-    return {"crowd": crowd, "requests": requests, "outcomes": dict(outcomes), "seconds": round(took, 1)}
+    lines = log_path.read_text().splitlines()
+    requests = sum(1 for line in lines if CROWD_REQUEST.search(line))
+    line_reads = sum(1 for line in lines if LINE_READ.search(line))
+    return {
+        "crowd": crowd,
+        "requests": requests,
+        "lineReads": line_reads,
+        "outcomes": dict(outcomes),
+        "seconds": round(took, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         crowd = ("simulator", "library")[number % 2]
         rounds.append(one_round(crowd, users, options, number))
         r = rounds[-1]
-        shown = f"{r['requests']:>6,} origin requests  {r['seconds']:>5} s  {r['outcomes']}"
+        shown = f"{r['requests']:>6,} origin requests  {r['lineReads']:>5,} /line reads  {r['seconds']:>5} s"
+        shown += f"  {r['outcomes']}"
         print(f"round {number + 1}: {r['crowd']:<9}  {shown}", flush=True)
     # Each library round against the mean of the simulator rounds on either side of it.
     ratios = []
