@@ -81,7 +81,9 @@ def simulator_crowd(users: list[tuple[int, float]], api_url: str, stack: LocalSt
         asyncio.run(run())
     finally:
         api.close()
-    return Counter(user.outcome for user in crowd)
+    # The simulator's users enter again when evicted (the library's stop with NOT_IN_QUEUE): counted, not hidden.
+    evicted = sum(user.reentries for user in crowd)
+    return Counter(user.outcome for user in crowd) + Counter({"evicted, entered again": evicted})
 
 
 def library_crowd(users: list[tuple[int, float]], api_url: str, workers: int) -> Counter[str]:
