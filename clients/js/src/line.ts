@@ -269,9 +269,18 @@ export class WaitingLine {
     this.farBack = false;
     const answer = await this.send("GET", this.lineUrl, {}); // no identity: one cached answer for everyone
     if (run !== this.run) return;
+    if (answer.status === 429 && !answer.code) {
+      // The edge's throttle: slow down on the line itself, rather than move the load onto the origin.
+      this.failures += 1;
+      const retryInMs = retryDelay(this.failures, answer.retryAfterMs, this.advisedMs, this.random, true);
+      this.emit("trouble", { error: failure(answer), failures: this.failures, retryInMs });
+      this.farBack = true;
+      return this.later(() => this.readLine(run), retryInMs);
+    }
     const line = answer.status === 200 ? readLineState(answer.body) : null;
     // Any other answer, a line that no longer moves for us, or our turn: ask for our own place now.
     if (!line || this.seq === null || ["SOLD_OUT", "PRE_QUEUE", "OPENING"].includes(line.state)) return this.poll(run);
+    this.failures = 0;
     const placed = placeIn(line, this.seq);
     if (placed.turnCame) return this.poll(run);
     const offset = line.serverTimeMs - this.clock.now();

@@ -137,6 +137,19 @@ test("a line that answers anything but a readable 200, is sold out, or has reach
   }
 });
 
+test("the edge's throttle on /line is waited out on /line (its back-off, never under lineAfterMs), not moved onto the origin", async () => {
+  const clock = new FakeClock();
+  const throttle = { status: 429, body: { message: "Too Many Requests" } };
+  const { queue, calls } = farLine(clock, [throttle, throttle, lineNow()]);
+  const troubles = [];
+  queue.on("trouble", (t) => troubles.push([t.error.code, t.retryInMs]));
+  await queue.join();
+  await clock.advance(150_000 + 150_000 + 150_000);
+  assert.deepEqual(calls.slice(0, 4).map((c) => c.url.split("/").at(-1)), ["entries", "line", "line", "line"]);
+  assert.deepEqual(troubles, [["THROTTLED", 150_000], ["THROTTLED", 150_000]], "never sooner than lineAfterMs");
+  queue.stop();
+});
+
 test("a paused line shows the place without a time and is read again after readCapS", async () => {
   const clock = new FakeClock();
   const { queue, calls } = farLine(clock, [lineNow({ state: "PAUSED", ratePerSec: 0 })]);
