@@ -267,7 +267,9 @@ class WaitingRoom:
         """Give up one's place, and revoke an entry token held unused. Leaving twice is fine."""
         ticket = self._check_ticket(target, user_id, ticket_text)
         try:
-            left = self.store.leave(target, user_id, ticket.seq, int(self.clock() * 1000), self.defaults.idle_ttl_ms)
+            left = self.store.leave(
+                target, user_id, ticket.seq, int(self.clock() * 1000), self.defaults.idle_ttl_ms, self.defaults.tick_ms
+            )
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
         if isinstance(left, OtherEntry):

@@ -35,6 +35,8 @@ class QueueKeys:
         self.budget = f"{self.base}:budget"
         self.pace = f"{self.base}:pace"
         self.fence = f"{self.base}:fence"
+        self.departed = f"{self.base}:departed"
+        self.passed = f"{self.base}:passed"
         self.window = f"{self.base}:window"
         self.line = f"{self.base}:line"
 

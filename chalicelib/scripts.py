@@ -90,10 +90,10 @@ class Contract:
 CONTRACTS: dict[str, Contract] = {
     "enter": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "token", "registered", "stats", "config", "prequeue", "draw",
-              "active", "budget", "events", "pace"),
+              "active", "budget", "events", "pace", "passed"),
         args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "entry_key", "grant_expires_s",
               "grant_ttl_ms", "grant_expires_ms", "registration_refresh_ms", "default_batch", "default_tick_ms",
-              "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS),
+              "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS, "pass_window_ms"),
         reporting=True,
         budgeted=True,
         replies={
@@ -121,8 +121,10 @@ CONTRACTS: dict[str, Contract] = {
         },
     ),
     "leave": Contract(
-        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "draw", "events", "ended"),
-        args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS),
+        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "draw", "events", "ended",
+              "mark", "config", "departed"),
+        args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS,
+              "default_tick_ms", "departure_window_ms"),
         reporting=True,
     ),
     "consume": Contract(

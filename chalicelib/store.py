@@ -54,6 +54,11 @@ OPEN_KEPT_MS = 1_800_000
 # seqs the old primary handed out are below its clock, and this covers the new node's clock running up to a second
 # behind the old one's beyond the time the failover took.
 FENCE_MARGIN_US = 1_000_000
+# The ETA's range counts at most one leave of a user in this long (lua/leave.lua), and the safety net lets a user
+# pass at most once in it (lua/enter.lua): ten minutes, the prior's horizon (chalicelib/eta.py). Long beside one
+# shopper's visit, short beside a sale.
+DEPARTURE_WINDOW_MS = 600_000
+PASS_WINDOW_MS = 600_000
 # Most places one tick starts the heartbeat clock of as they cross into the presence window (line.lua): about a
 # batch does each tick, and at an opening the whole window; the edge goes on from the last one at the next tick.
 MAX_CROSSINGS = 5000
@@ -158,6 +163,7 @@ class QueueStore:
             budget=k.budget,
             events=k.events,
             pace=k.pace,
+            passed=k.passed,
             user_id=user_id,
             now_ms=now_ms,
             default_max_waiting=defaults.max_waiting,
@@ -174,6 +180,7 @@ class QueueStore:
             **self.outbox,
             flag_version=decision.flag_version,
             queued=int(decision.queued),
+            pass_window_ms=PASS_WINDOW_MS,
         )
         reply = self._enter.read(self._guarded(self._enter.run, keys, args))
         # Only a new place in line asks for it (status.lua's answers have no `register`).
@@ -236,10 +243,13 @@ class QueueStore:
         keys, args = self._status.order(**named)
         return place_of(self._status.read(self._guarded(self._status.run, keys, args)))
 
-    def leave(self, target: Target, user_id: str, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
+    def leave(
+        self, target: Target, user_id: str, entry: int, now_ms: int, idle_ttl_ms: int, default_tick_ms: int
+    ) -> bool | OtherEntry:
         """Take `user_id`'s entry numbered `entry` (its ticket's seq) out of line (or the pre-queue), revoking an
         entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
-        their current entry."""
+        their current entry. The ETA counts the leave as a departure only after a tick in line, once per user in
+        DEPARTURE_WINDOW_MS (lua/leave.lua)."""
         k = self.keys(target)
         keys, args = self._leave.order(
             waiting=k.waiting,
@@ -252,12 +262,17 @@ class QueueStore:
             draw=k.draw,
             events=k.events,
             ended=k.ended,
+            mark=k.mark,
+            config=k.config,
+            departed=k.departed,
             user_id=user_id,
             ticket_entry=entry,
             now_ms=now_ms,
             clock_skew_margin_ms=CLOCK_SKEW_MARGIN_MS,
             idle_ttl_ms=idle_ttl_ms,
             **self.outbox,
+            default_tick_ms=default_tick_ms,
+            departure_window_ms=DEPARTURE_WINDOW_MS,
         )
         left = self._guarded(self._leave.run, keys, args)
         return OtherEntry() if left == -1 else left == 1

@@ -168,7 +168,7 @@ def test_users_who_left_are_skipped_so_every_tick_admits_batch_users_still_waiti
     leavers = set(random.Random(3).sample(range(1, 201), 60))  # 30 %
     seqs = {int(user): int(seq) for user, seq in client.zrange(store.keys(DROP).waiting, 0, -1, withscores=True)}
     for user in leavers:
-        store.leave(DROP, str(user), seqs[user], 0, 60_000)
+        store.leave(DROP, str(user), seqs[user], 0, 60_000, 2000)
     pump = Pump(store, runtime.settings())
     waiting_key = store.keys(DROP).waiting
     skipped = 0

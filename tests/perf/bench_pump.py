@@ -266,7 +266,7 @@ def abandonment(url: str, users: int = benchlib.scaled(20_000, 2_000), ticks: in
     leavers = random.Random(7).sample(range(1, users + 1), int(users * 0.3))
     for target in (TARGET, NAIVE):
         for user in leavers:
-            store.leave(target, str(user), first[target] + user - 1, 0, 60_000)  # the ticket's seq (load_line)
+            store.leave(target, str(user), first[target] + user - 1, 0, 60_000, 2000)  # the ticket's seq (load_line)
     naive = client.register_script(NAIVE_ADMIT)
     rules = Pump(store, settings).rules
     dk, nk = store.keys(TARGET), store.keys(NAIVE)
