@@ -267,7 +267,8 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     problem = polling.heartbeat_problem(heartbeat_timeout_s)
     if problem:
         raise ConfigError(f"VQ_HEARTBEAT_TIMEOUT_S: {problem}")
-    presence_window_s = _positive_int(env, "VQ_PRESENCE_WINDOW_S", 120)
+    # Unset, at least twice the heartbeat timeout (a long heartbeat widens it); set, checked against it.
+    presence_window_s = _positive_int(env, "VQ_PRESENCE_WINDOW_S", max(120, 2 * heartbeat_timeout_s))
     if presence_window_s < 2 * heartbeat_timeout_s:
         # A place crossing into the window must be evicted, if silent, before the mark reaches it.
         raise ConfigError(

@@ -175,3 +175,12 @@ def test_a_malformed_target_on_line_is_a_4xx_that_no_cache_keeps(api, path):
         "UNKNOWN_TARGET_TYPE",
     )
     assert refused.headers["Cache-Control"] == "no-store"
+
+
+def test_an_unset_presence_window_widens_to_twice_a_long_heartbeat_timeout():
+    assert (
+        load_settings(
+            {"VQ_HEARTBEAT_TIMEOUT_S": "600", "VQ_TOKEN_KEYS": '{"k1": "' + "s" * 32 + '"}'}
+        ).presence_window_s
+        == 1200
+    )
