@@ -37,10 +37,11 @@ simulate: $(VENV)/.installed
 
 ## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey), then the reliability steps:
 ## Redis faults against servers the tests kill and restart, the store's tests on a 3-node Valkey cluster, and over
-## TLS; then every benchmark with tiny sizes, so that one that no longer runs fails the build. Every step runs
+## TLS; then the JavaScript client's tests; then every benchmark with tiny sizes, so that one that no longer runs
+## fails the build. Every step runs
 ## whatever an earlier one did; a line per step and one of what was skipped, and why, close the run, whose exit
 ## status is 1 if any step failed (tests/support/steps.py).
-TEST_STEPS := test-main test-faults test-cluster test-tls bench-quick
+TEST_STEPS := test-main test-faults test-cluster test-tls test-js bench-quick
 test: $(VENV)/.installed
 	@$(BIN)/python tests/support/steps.py --make "$(MAKE)" $(TEST_STEPS)
 
@@ -83,6 +84,12 @@ test-cluster: $(VENV)/.installed
 
 test-tls: $(VENV)/.installed
 	$(BIN)/python -m pytest --redis-tls-cluster $(TLS_SUITE) $(PYTEST_ARGS) $(NOTHING_SELECTED_OK)
+
+## The JavaScript client (clients/js/): npm ci from its lockfile, tsc, then node --test, its integration tests
+## against the local stack started here (tests/support/js_client.py). Without Node it skips, saying so; in CI it fails.
+.PHONY: test-js
+test-js: $(VENV)/.installed
+	$(BIN)/python tests/support/js_client.py
 
 ## Measure the performance targets on an embedded Valkey: one table, also build/bench.json and the figures of
 ## docs/benchmarks.md (a few minutes; needs redis-benchmark).

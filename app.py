@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.jmespath_utils import query
 from chalice import Chalice, ConvertToMiddleware, CustomAuthorizer, IAMAuthorizer, Response
 
 from chalicelib import gate, media_types, page, runtime
-from chalicelib.errors import QueueError, chalice_refusal
+from chalicelib.errors import QueueError, UnknownTarget, chalice_refusal
 from chalicelib.identity import page_identity
 from chalicelib.observability import (
     add_request_keys,
@@ -166,6 +166,28 @@ def leave(queue_type, target_id):
     target = _target(queue_type, target_id)
     runtime.waiting_room().leave(target, _caller().user_id, _header("x-queue-ticket"))
     return Response(body="", status_code=204)
+
+
+# The line's public state is the same for everyone for a second: the edge answers it, and keeps answering it through
+# a short outage of Redis (docs/api.md#far-back-read-the-line-not-your-place).
+LINE_CACHE = "public, max-age=1, stale-while-revalidate=5, stale-if-error=60"
+# An unknown target briefly too, so a flood of them costs the origin little.
+UNKNOWN_LINE_CACHE = "public, max-age=5"
+
+
+@app.route(QUEUE + "/line", methods=["GET"])
+def line(queue_type, target_id):
+    """One answer for everyone: reads no header, ticket or JWT, and costs one GET of what the pump wrote."""
+    try:
+        stored = runtime.waiting_room().line(parse_target(queue_type, target_id))
+    except QueueError as err:
+        cache = UNKNOWN_LINE_CACHE if isinstance(err, UnknownTarget) else "no-store"
+        return _json(err.body(), err.status, {**err.headers, "Cache-Control": cache})
+    # The answer's own time beside the pump's, spliced in rather than parsed and written again.
+    body = f'{{"serverTimeMs":{int(time.time() * 1000)},{stored[1:]}'
+    return Response(
+        body=body, status_code=200, headers={"Content-Type": "application/json", "Cache-Control": LINE_CACHE}
+    )
 
 
 @app.route(QUEUE + "/stats", methods=["GET"], authorizer=IAMAuthorizer())

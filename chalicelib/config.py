@@ -126,6 +126,10 @@ class Settings:
     max_waiting: int = 100_000
     targets_open_on_first_use: bool = False
     heartbeat_timeout_s: int = 60
+    # Within this many seconds of waiting from their turn, users poll their place (their heartbeat); further back
+    # they read /line, at least every line_read_cap_s (docs/architecture.md#the-presence-window).
+    presence_window_s: int = 120
+    line_read_cap_s: int = 300
     token_ttl_s: int = 300
     outage_token_ttl_s: int = 60
     queue_idle_ttl_s: int = 1800
@@ -263,6 +267,14 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     problem = polling.heartbeat_problem(heartbeat_timeout_s)
     if problem:
         raise ConfigError(f"VQ_HEARTBEAT_TIMEOUT_S: {problem}")
+    # Unset, at least twice the heartbeat timeout (a long heartbeat widens it); set, checked against it.
+    presence_window_s = _positive_int(env, "VQ_PRESENCE_WINDOW_S", max(120, 2 * heartbeat_timeout_s))
+    if presence_window_s < 2 * heartbeat_timeout_s:
+        # A place crossing into the window must be evicted, if silent, before the mark reaches it.
+        raise ConfigError(
+            f"VQ_PRESENCE_WINDOW_S ({presence_window_s}) must be at least twice VQ_HEARTBEAT_TIMEOUT_S "
+            f"({heartbeat_timeout_s}): a silent user would be evicted only after the mark passed them"
+        )
     signs_tokens = _choice(env, "VQ_SIGNS_TOKENS", {"true": True, "false": False}, "true")
     return Settings(
         redis_url=env.get("REDIS_URL") or None,
@@ -276,6 +288,8 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         max_waiting=_positive_int(env, "VQ_MAX_WAITING", 100_000),
         targets_open_on_first_use=_choice(env, "VQ_TARGETS_OPEN_ON_FIRST_USE", {"true": True, "false": False}, "false"),
         heartbeat_timeout_s=heartbeat_timeout_s,
+        presence_window_s=presence_window_s,
+        line_read_cap_s=_positive_int(env, "VQ_LINE_READ_CAP_S", 300),
         token_ttl_s=_positive_int(env, "VQ_TOKEN_TTL_S", 300),
         outage_token_ttl_s=_positive_int(env, "VQ_OUTAGE_TOKEN_TTL_S", 60),
         queue_idle_ttl_s=_positive_int(env, "VQ_QUEUE_IDLE_TTL_S", 1800),

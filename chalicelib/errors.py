@@ -96,6 +96,16 @@ class QueueUnavailable(QueueError):
         super().__init__("the waiting room is briefly unavailable; try again", {"Retry-After": str(retry_after_s)})
 
 
+class LineNotPublished(QueueError):
+    """A known target's line the pump has not written yet (no tick since its first user): poll your place."""
+
+    status = 503
+    code = "LINE_NOT_PUBLISHED"
+
+    def __init__(self) -> None:
+        super().__init__("the line has no public state yet; poll your place", {"Retry-After": "1"})
+
+
 class SigningKeysUnavailable(QueueUnavailable):
     """The signing keys could not be read (a cold start with Secrets Manager out of reach, or a malformed secret):
     nothing can be signed or verified. The first request after Retry-After reads them again."""

@@ -13,11 +13,12 @@ never promised to the second: with 2 s ticks, at least 1.5 s either side. A line
 configured rate (the rate follows the shop's health, or has not run at full speed yet) may speed up again: the
 range then reaches down to the wait at the configured rate.
 
-h is measured from what the queue counts: the users who left or were evicted, over the time users spent waiting
-(the pump adds the users waiting times each tick's length). In a burst every newcomer is told before much is
-measured, so the measure starts from a prior: h = (left + evicted + PRIOR_PER_S * PRIOR_EXPOSURE_S) /
-(waiting time + PRIOR_EXPOSURE_S). How often the range held, and how far `etaSeconds` was off, is measured at
-every admission (stats' `etaAccuracy`).
+h is measured from what the queue counts: the users who left (as lua/leave.lua counts them for this: after a tick
+in line, before their turn, once per user in ten minutes, so one account looping enter and leave bends nothing) or
+were evicted, over the time users spent waiting (the pump adds the users waiting times each tick's length). In a
+burst every newcomer is told before much is measured, so the measure starts from a prior: h = (left + evicted +
+PRIOR_PER_S * PRIOR_EXPOSURE_S) / (waiting time + PRIOR_EXPOSURE_S). How often the range held, and how far
+`etaSeconds` was off, is measured at every admission (stats' `etaAccuracy`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ PRIOR_EXPOSURE_S = 600_000.0  # ... weighing as much as 1,000 users waiting ten 
 
 @dataclass
 class Departures:
-    """What the queue counts of a line's departures: users who left, users evicted, and the time users spent
-    waiting in it (user-milliseconds)."""
+    """What the queue counts of a line's departures: users who left (stats' `eta_left`), users evicted, and the
+    time users spent waiting in it (user-milliseconds)."""
 
     left: int = 0
     evicted: int = 0
@@ -47,7 +48,7 @@ class Departures:
 
     @classmethod
     def from_script(cls, counters: list) -> Departures:
-        """From the scripts' `counters` reply: HMGET stats left, evicted, waiting_user_ms."""
+        """From the scripts' `counters` reply: HMGET stats eta_left, evicted, waiting_user_ms."""
         left, evicted, waiting_user_ms = (int(value or 0) for value in counters)
         return cls(left, evicted, waiting_user_ms)
 

@@ -179,6 +179,7 @@ def render(
         "imageUrl": display.get("imageUrl"),
         "openingCommitment": display.get("openingCommitment"),
         "entries": _relative(page_path, entries_path),
+        "line": _relative(page_path, entries_path.rsplit("/", 1)[0] + "/line"),
         "purchase": _relative(page_path, purchase_path),
         "serviceWorker": _relative(page_path, SERVICE_WORKER_PATH),
         "identity": dict(identity),

@@ -6,6 +6,8 @@ decides how often each client asks:
   the turn nears; but never more than a third of the heartbeat timeout apart, so that a client that obeys
   and loses one poll is still not evicted.
 - Near the front, every second or so: a user hears of their admission within about a second of it.
+- Beyond the presence window, no heartbeat is needed: the client reads /line (or polls, if it ignores /line) after
+  half of the wait left until the window, at most the read cap apart (`line_after_ms`).
 - In the pre-queue: wake just after the opening, spread over a few seconds, so that the whole pre-queue
   does not ask in the same 100 ms; until then as rarely as the waiting far from the front.
 Every advice is cut by up to a tenth at random (and never lengthened), so polls drift apart while no
@@ -62,6 +64,16 @@ def waiting_poll_after_ms(
     `newcomer`: the answer that gave them their place."""
     longest = longest_interval_ms(heartbeat_timeout_s)
     base = longest if eta_s is None else min(longest, max(NEAR_FRONT_MS, eta_s * 1000 * SHARE_OF_ETA))
+    return _jittered(base, rand, NEWCOMER_JITTER if newcomer else JITTER)
+
+
+def line_after_ms(
+    eta_s: float, presence_window_s: int, read_cap_s: int, rand: Random = random.random, newcomer: bool = False
+) -> int | None:
+    """For a user whose turn is `eta_s` away: when to read /line next, or None inside the presence window (poll)."""
+    if eta_s <= presence_window_s:
+        return None
+    base = min(read_cap_s * 1000, max(NEAR_FRONT_MS, (eta_s - presence_window_s) * 1000 * SHARE_OF_ETA))
     return _jittered(base, rand, NEWCOMER_JITTER if newcomer else JITTER)
 
 

@@ -100,6 +100,8 @@ class Pump:
             heartbeat_timeout_ms=settings.heartbeat_timeout_s * 1000,
             max_evict=settings.max_evict_per_tick,
             idle_ttl_ms=settings.queue_idle_ttl_s * 1000,
+            presence_window_s=settings.presence_window_s,
+            line_read_cap_s=settings.line_read_cap_s,
         )
         self.lock = store.pump_lock(self.lease_ms)
         self.holding = False

@@ -32,6 +32,7 @@ from chalicelib.errors import (
     AlreadyAdmitted,
     ConfigChanged,
     InvalidQueueTicket,
+    LineNotPublished,
     NotInQueue,
     QueueClosed,
     QueueFull,
@@ -82,6 +83,8 @@ class QueueEntry:
     queue_ticket: str | None = None
     opens_at_ms: int | None = None
     poll_after_ms: int | None = None  # PRE_QUEUE and WAITING: when to poll next (chalicelib/polling.py)
+    seq: int | None = None  # WAITING: the entry's place, which /line places it by
+    line_after_ms: int | None = None  # WAITING beyond the presence window: when to read /line instead of polling
     paused: bool = False
     queued: bool | None = None  # ADMITTED: False when the safety net admitted the user as they entered
 
@@ -102,6 +105,10 @@ class QueueEntry:
             body["paused"] = self.paused
         if self.poll_after_ms is not None:
             body["pollAfterMs"] = self.poll_after_ms
+        if self.seq is not None:
+            body["seq"] = str(self.seq)  # 16 digits: beyond what some JSON readers keep exact
+        if self.line_after_ms is not None:
+            body["lineAfterMs"] = self.line_after_ms
         if self.entry_token is not None:
             body["entryToken"] = self.entry_token.text
             expires = datetime.fromtimestamp(self.entry_token.expires_at, UTC)
@@ -260,11 +267,23 @@ class WaitingRoom:
         """Give up one's place, and revoke an entry token held unused. Leaving twice is fine."""
         ticket = self._check_ticket(target, user_id, ticket_text)
         try:
-            left = self.store.leave(target, user_id, ticket.seq, int(self.clock() * 1000), self.defaults.idle_ttl_ms)
+            left = self.store.leave(
+                target, user_id, ticket.seq, int(self.clock() * 1000), self.defaults.idle_ttl_ms, self.defaults.tick_ms
+            )
         except StoreUnavailable as err:
             raise self._unavailable(target, err) from None
         if isinstance(left, OtherEntry):
             raise _other_entry()
+
+    def line(self, target: Target) -> str:
+        """The line's public state (`GET .../line`) as the pump last wrote it: the same JSON text for everyone."""
+        try:
+            text = self.store.line(target)
+            if text is None:
+                raise LineNotPublished() if self.store.known(target) else _unknown()
+        except StoreUnavailable as err:
+            raise self._unavailable(target, err) from None
+        return text
 
     def stats(self, target: Target) -> dict:
         """Live figures of one line for operators (`GET .../stats`), beside the configuration in force."""
@@ -591,6 +610,17 @@ class WaitingRoom:
                 if moving
                 else None
             )
+            # Beyond the presence window the client reads /line (the edge's) instead: no heartbeat is needed there.
+            far = (
+                polling.line_after_ms(
+                    place.ahead / place.rate,
+                    self.settings.presence_window_s,
+                    self.settings.line_read_cap_s,
+                    newcomer=place.created,
+                )
+                if moving
+                else None
+            )
             return QueueEntry(
                 "WAITING",
                 ahead_count=place.ahead,
@@ -598,9 +628,12 @@ class WaitingRoom:
                 eta_seconds=None if told is None else told.eta_s,
                 eta_range=None if told is None else (told.low_s, told.high_s),
                 paused=place.paused,
-                poll_after_ms=polling.waiting_poll_after_ms(
+                poll_after_ms=far
+                or polling.waiting_poll_after_ms(
                     place.ahead / place.rate if moving else None, heartbeat_s, newcomer=place.created
                 ),
+                seq=place.seq,
+                line_after_ms=far,
             )
         if isinstance(place, PreQueued):
             opens_in_ms = None if place.opens_at_ms is None else place.opens_at_ms - int(now * 1000)

@@ -35,6 +35,10 @@ class QueueKeys:
         self.budget = f"{self.base}:budget"
         self.pace = f"{self.base}:pace"
         self.fence = f"{self.base}:fence"
+        self.departed = f"{self.base}:departed"
+        self.passed = f"{self.base}:passed"
+        self.window = f"{self.base}:window"
+        self.line = f"{self.base}:line"
 
     def token(self, user_id: str) -> str:
         # After the target's hash tag: a brace in a user id cannot move the key to another slot.

@@ -90,10 +90,10 @@ class Contract:
 CONTRACTS: dict[str, Contract] = {
     "enter": Contract(
         keys=("waiting", "heartbeat", "seq", "mark", "token", "registered", "stats", "config", "prequeue", "draw",
-              "active", "budget", "events", "pace"),
+              "active", "budget", "events", "pace", "passed"),
         args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "entry_key", "grant_expires_s",
               "grant_ttl_ms", "grant_expires_ms", "registration_refresh_ms", "default_batch", "default_tick_ms",
-              "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS),
+              "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS, "pass_window_ms"),
         reporting=True,
         budgeted=True,
         replies={
@@ -121,8 +121,10 @@ CONTRACTS: dict[str, Contract] = {
         },
     ),
     "leave": Contract(
-        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "events", "ended"),
-        args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS),
+        keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "events", "ended", "mark",
+              "config", "departed"),
+        args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS,
+              "default_tick_ms", "departure_window_ms"),
         reporting=True,
     ),
     "consume": Contract(
@@ -161,10 +163,16 @@ CONTRACTS: dict[str, Contract] = {
                "max_waiting", "max_active", "paused", "sold_out", "per_tick", "fenced_from", "fenced_to"),
     ),
     "evict": Contract(
-        keys=("waiting", "heartbeat", "registered", "stats", "prequeue", "events", "ended"),
+        keys=("waiting", "heartbeat", "registered", "stats", "prequeue", "events", "ended", "window"),
         args=("heartbeat_timeout_ms", "max_evict", *OUTBOX_ARGS),
         reporting=True,
         reply=("evicted", "idle"),
+    ),
+    "line": Contract(
+        keys=("waiting", "heartbeat", "mark", "window", "line", "config", "pace", "draw"),
+        args=("default_batch", "default_tick_ms", "presence_window_s", "read_cap_s", "max_crossings", "points",
+              "idle_ttl_ms"),
+        reply=("edge", "crossed", "waiting"),
     ),
     "forget_target": Contract(keys=("targets",), args=("target", "nonce")),
     "raise_mark": Contract(keys=("mark", "tick"), args=("seq", "tick_ms", "idle_ttl_ms")),

@@ -54,6 +54,16 @@ OPEN_KEPT_MS = 1_800_000
 # seqs the old primary handed out are below its clock, and this covers the new node's clock running up to a second
 # behind the old one's beyond the time the failover took.
 FENCE_MARGIN_US = 1_000_000
+# The ETA's range counts at most one leave of a user in this long (lua/leave.lua), and the safety net lets a user
+# pass at most once in it (lua/enter.lua): ten minutes, the prior's horizon (chalicelib/eta.py). Long beside one
+# shopper's visit, short beside a sale.
+DEPARTURE_WINDOW_MS = 600_000
+PASS_WINDOW_MS = 600_000
+# Most places one tick starts the heartbeat clock of as they cross into the presence window (line.lua): about a
+# batch does each tick, and at an opening the whole window; the edge goes on from the last one at the next tick.
+MAX_CROSSINGS = 5000
+# Points of the line's shape in /line: one every 1 % of the waiting, so a client places itself within 1 %.
+LINE_POINTS = 100
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,8 @@ class PumpRules:
     heartbeat_timeout_ms: int
     max_evict: int
     idle_ttl_ms: int
+    presence_window_s: int = 120
+    line_read_cap_s: int = 300
     following: shop_health.FollowRules = shop_health.FollowRules()
 
 
@@ -111,6 +123,7 @@ class QueueStore:
         self._configure = load_script(client, "configure")
         self._admit = load_script(client, "admit")
         self._evict = load_script(client, "evict")
+        self._line = load_script(client, "line")
         self._forget_target = load_script(client, "forget_target")
         self._consume = load_script(client, "consume")
         self._restore = load_script(client, "restore")
@@ -147,6 +160,7 @@ class QueueStore:
             budget=k.budget,
             events=k.events,
             pace=k.pace,
+            passed=k.passed,
             user_id=user_id,
             now_ms=now_ms,
             default_max_waiting=defaults.max_waiting,
@@ -163,6 +177,7 @@ class QueueStore:
             **self.outbox,
             flag_version=decision.flag_version,
             queued=int(decision.queued),
+            pass_window_ms=PASS_WINDOW_MS,
         )
         reply = self._enter.read(self._guarded(self._enter.run, keys, args))
         # Only a new place in line asks for it (status.lua's answers have no `register`).
@@ -225,10 +240,13 @@ class QueueStore:
         keys, args = self._status.order(**named)
         return place_of(self._status.read(self._guarded(self._status.run, keys, args)))
 
-    def leave(self, target: Target, user_id: str, entry: int, now_ms: int, idle_ttl_ms: int) -> bool | OtherEntry:
+    def leave(
+        self, target: Target, user_id: str, entry: int, now_ms: int, idle_ttl_ms: int, default_tick_ms: int
+    ) -> bool | OtherEntry:
         """Take `user_id`'s entry numbered `entry` (its ticket's seq) out of line (or the pre-queue), revoking an
         entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
-        their current entry."""
+        their current entry. The ETA counts the leave as a departure only after a tick in line, once per user in
+        DEPARTURE_WINDOW_MS (lua/leave.lua)."""
         k = self.keys(target)
         keys, args = self._leave.order(
             waiting=k.waiting,
@@ -240,12 +258,17 @@ class QueueStore:
             revoked=k.revoked,
             events=k.events,
             ended=k.ended,
+            mark=k.mark,
+            config=k.config,
+            departed=k.departed,
             user_id=user_id,
             ticket_entry=entry,
             now_ms=now_ms,
             clock_skew_margin_ms=CLOCK_SKEW_MARGIN_MS,
             idle_ttl_ms=idle_ttl_ms,
             **self.outbox,
+            default_tick_ms=default_tick_ms,
+            departure_window_ms=DEPARTURE_WINDOW_MS,
         )
         left = self._guarded(self._leave.run, keys, args)
         return OtherEntry() if left == -1 else left == 1
@@ -373,6 +396,15 @@ class QueueStore:
             eta_inside=counters.get("eta_inside", 0),
             eta_errors=eta_errors,
         )
+
+    def line(self, target: Target) -> str | None:
+        """The line's public state as the pump last wrote it (JSON text), or None: one GET. None for an unknown
+        target and for one the pump has not ticked yet: `known` tells them apart."""
+        return self._guarded(self.client.get, self.keys(target).line)
+
+    def known(self, target: Target) -> bool:
+        """Whether an operator opened the target (or a first enter did)."""
+        return bool(self._guarded(self.client.hexists, self.keys(target).config, KNOWN_SINCE))
 
     def config(self, target: Target) -> tuple[TargetConfig, str] | None:
         """The target's own configuration (unset fields fall back to the global defaults) and its version; None if
@@ -599,6 +631,7 @@ class QueueStore:
                     prequeue=k.prequeue,
                     events=k.events,
                     ended=k.ended,
+                    window=k.window,
                     heartbeat_timeout_ms=rules.heartbeat_timeout_ms,
                     max_evict=rules.max_evict,
                     **self.outbox,
@@ -647,12 +680,32 @@ class QueueStore:
                     fence_window_ms=rules.heartbeat_timeout_ms,
                 )
             )
+            # After admitting: the window and the public state start from the mark this tick moved.
+            calls.append(
+                self._line.bind(
+                    waiting=k.waiting,
+                    heartbeat=k.heartbeat,
+                    mark=k.mark,
+                    window=k.window,
+                    line=k.line,
+                    config=k.config,
+                    pace=k.pace,
+                    draw=k.draw,
+                    default_batch=rules.batch,
+                    default_tick_ms=rules.tick_ms,
+                    presence_window_s=rules.presence_window_s,
+                    read_cap_s=rules.line_read_cap_s,
+                    max_crossings=MAX_CROSSINGS,
+                    points=LINE_POINTS,
+                    idle_ttl_ms=rules.idle_ttl_ms,
+                )
+            )
         replies = run_pipelined(self.client, calls)
         results: dict[Target, TargetTick | Exception] = {}
-        for target, evicted, adjusted, admitted in zip(
-            targets, replies[0::3], replies[1::3], replies[2::3], strict=True
+        for target, evicted, adjusted, admitted, lined in zip(
+            targets, replies[0::4], replies[1::4], replies[2::4], replies[3::4], strict=True
         ):
-            error = next((r for r in (evicted, adjusted, admitted) if isinstance(r, Exception)), None)
+            error = next((r for r in (evicted, adjusted, admitted, lined) if isinstance(r, Exception)), None)
             if error is not None:
                 results[target] = error
                 continue

@@ -10,8 +10,8 @@
 -- KEYS[5] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
 -- KEYS[6] registered  present while the pump knows this target
 -- KEYS[7] stats       hash of counters: `not_invited` counts enters an invite-only target refused,
---                     `passed_through` newcomers the safety net admitted; left, evicted, waiting_user_ms (departures
---                     and the time they are a rate of)
+--                     `passed_through` newcomers the safety net admitted; eta_left, evicted, waiting_user_ms
+--                     (departures and the time they are a rate of)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
 --                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only, safety_net,
 --                     max_active, draw_seed (the opening's committed seed)
@@ -23,6 +23,7 @@
 -- KEYS[12] budget     hash: the admissions counted against the current tick (budget.lua), for the safety net
 -- KEYS[13] events     the target's outbox stream (outbox.lua): UserAdmitted for a user the safety net admits
 -- KEYS[14] pace       hash: `rate`, admissions per second measured by the pump (absent: none yet)
+-- KEYS[15] passed     zset: user id -> server time (ms) of the safety net's last pass for them
 -- ARGV[1] user_id                  user id
 -- ARGV[2] now_ms                   now (ms)
 -- ARGV[3] default_max_waiting      default max waiting
@@ -43,6 +44,7 @@
 -- ARGV[15] outbox_ttl_ms           outbox TTL (ms)
 -- ARGV[16] flag_version            the flag version the caller decided by ('*': whatever the target carries)
 -- ARGV[17] queued                  its decision (1 queue, 0 not)
+-- ARGV[18] pass_window_ms          the safety net lets a user pass at most once in this long (ms)
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
 --   {'PASSED', held, register}  the safety net admitted the newcomer at once; target needs registering (0|1)
@@ -59,10 +61,10 @@
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version (nothing was written)
 local waiting, heartbeat, seq, mark, token, registered, stats, config, prequeue, draw, active, budget,
-  events, pace = unpack(KEYS)
+  events, pace, passed = unpack(KEYS)
 local user_id, now_ms, default_max_waiting, idle_ttl_ms, entry_key, grant_expires_s, grant_ttl_ms, grant_expires_ms,
   registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, invited, outbox_cap, outbox_ttl_ms,
-  flag_version, queued = unpack(ARGV)
+  flag_version, queued, pass_window_ms = unpack(ARGV)
 local now = tonumber(now_ms)
 local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
   'known_since_ms', 'sold_out', 'paused', 'flag_version', 'invite_only', 'safety_net')
@@ -169,7 +171,8 @@ if not seq_number and not arrival then
   end
   -- Only users not yet admitted take up capacity; a newcomer has every one of those in line ahead.
   ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '+inf')
-  if ahead + redis.call('ZCARD', prequeue) >= tonumber(config_values[3] or default_max_waiting) then
+  local pre_queued = redis.call('ZCARD', prequeue)
+  if ahead + pre_queued >= tonumber(config_values[3] or default_max_waiting) then
     return {'FULL'}
   end
   local opens_at = tonumber(config_values[4])
@@ -203,18 +206,27 @@ if not seq_number and not arrival then
     redis.call('ZADD', prequeue, string.format('%d', arrival), user_id)
     -- Their heartbeat starts at the opening: they have no place to poll before it.
     redis.call('ZADD', heartbeat, config_values[4], user_id)
+    if pre_queued == 0 then
+      -- A new pre-queue expires, as a new line does below.
+      redis.call('PEXPIRE', prequeue, idle_ttl_ms, 'NX')
+      redis.call('PEXPIRE', heartbeat, idle_ttl_ms, 'NX')
+    end
   else
     local server_ms
     seq_text, server_ms = next_seq()
     local number = tonumber(seq_text)
     -- The safety net: with nobody waiting ahead, not paused and the opening's draw (if any) done, the newcomer is
-    -- admitted now if maxActive has room and the tick's budget, which the pump shares, lasts.
-    if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and redis.call('ZCARD', prequeue) == 0 then
+    -- admitted now if they did not pass within the window, maxActive has room and the tick's budget, which the pump
+    -- shares, lasts. One pass per user in the window: an account that leaves (or buys) and enters again queues, so
+    -- it cannot take the tick's budget from everyone else.
+    local since = server_ms - tonumber(pass_window_ms)
+    if config_values[11] == '1' and ahead == 0 and config_values[8] ~= '1' and pre_queued == 0 then
       local max_active = tonumber(redis.call('HGET', config, 'max_active'))
       if max_active then
         redis.call('ZREMRANGEBYSCORE', active, '-inf', server_ms)
       end
-      passes = (not opens_at or drawn_for == config_values[4] and draw_state == 'done')
+      passes = tonumber(redis.call('ZSCORE', passed, user_id) or since) <= since
+        and (not opens_at or drawn_for == config_values[4] and draw_state == 'done')
         and (not max_active
           or redis.call('ZCOUNT', waiting, '-inf', mark_text) + redis.call('ZCARD', active) < max_active)
         and tick_budget(budget, idle_ttl_ms).take(server_ms, tonumber(config_values[2] or default_tick_ms),
@@ -229,6 +241,9 @@ if not seq_number and not arrival then
       redis.call('PEXPIRE', active, idle_ttl_ms, 'NX')
       redis.call('HINCRBY', stats, 'passed_through', 1)
       redis.call('PEXPIRE', stats, idle_ttl_ms, 'NX')
+      redis.call('ZREMRANGEBYSCORE', passed, '-inf', since)
+      redis.call('ZADD', passed, server_ms, user_id)
+      redis.call('PEXPIRE', passed, pass_window_ms)
       outbox(events, stats, outbox_cap, outbox_ttl_ms)('UserAdmitted', 'user', user_id, 'seq', seq_text, 'queued', '0')
     else
       seq_number = number
@@ -239,6 +254,11 @@ if not seq_number and not arrival then
 end
 if seq_number then
   redis.call('ZADD', heartbeat, now_ms, user_id)
+  -- The first newcomer of an emptied line writes its keys anew: they expire at once, not at the pump's next tick.
+  if created == 1 and ahead == 0 then
+    redis.call('PEXPIRE', waiting, idle_ttl_ms, 'NX')
+    redis.call('PEXPIRE', heartbeat, idle_ttl_ms, 'NX')
+  end
 end
 
 -- Not sliding: should the registration itself be lost, an enter within registration_refresh_ms registers again.
@@ -262,6 +282,7 @@ ahead = ahead or redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text
 local rate = redis.call('HGET', pace, 'rate')
   or tostring(tonumber(config_values[1] or default_batch) * 1000 / tonumber(config_values[2] or default_tick_ms))
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
-local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'left', 'evicted', 'waiting_user_ms'))
+local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'eta_left', 'evicted',
+  'waiting_user_ms'))
 return {'WAITING', seq_number, ahead, rate, config_values[8] == '1' and 1 or 0, created, register, left, evicted,
   waiting_user_ms}

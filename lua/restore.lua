@@ -41,6 +41,7 @@ if max_active then
   local collecting = redis.call('ZCOUNT', waiting, '-inf', redis.call('GET', mark) or '0')
   if collecting + redis.call('ZCARD', active) >= max_active then
     redis.call('HINCRBY', stats, 'not_restored', 1)
+    redis.call('PEXPIRE', stats, outbox_ttl_ms, 'NX') -- as the outbox's count: every key expires
     return 0
   end
 end

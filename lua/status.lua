@@ -6,7 +6,7 @@
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms); a pre-queued user's is the opening
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] token       this user's issued entry token, '<entry number> <grant: expiry.id>' (expires with it)
--- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; left, evicted, waiting_user_ms (departures
+-- KEYS[5] stats       hash of counters: wait_count, wait_ms, restored; eta_left, evicted, waiting_user_ms (departures
 --                     and the time they are a rate of); the ETA's accuracy: eta_samples, eta_inside, and
 --                     `eta_error:<bucket>`, a histogram of etaSeconds' absolute error (buckets as the waits')
 -- KEYS[6] pace        hash: `rate`, admissions per second measured by the pump (admit.lua)
@@ -137,12 +137,23 @@ if not seq_text then
     end
   end
   redis.call('HINCRBY', stats, 'restored', 1)
+  -- What a restore writes lives as long as the line's mark (the pump slides both): a node that lacked these keys
+  -- would otherwise hold them with no expiry until the pump's next tick, and for good without one.
+  local line_ttl = redis.call('PTTL', mark)
+  local function expire_with_line(...)
+    for _, key in ipairs(line_ttl > 0 and {...} or {}) do
+      redis.call('PEXPIRE', key, line_ttl, 'NX')
+    end
+  end
   if opens_at and tonumber(now_ms) < tonumber(opens_at) and not opened() then
     redis.call('ZADD', prequeue, ticket_entry, user_id)
     redis.call('ZADD', heartbeat, opens_at, user_id)
+    expire_with_line(stats, ended, prequeue, heartbeat)
     return {'PRE_QUEUE', ticket_entry, opens_at}
   end
   redis.call('ZADD', waiting, ticket_entry, user_id)
+  redis.call('ZADD', heartbeat, now_ms, user_id)
+  expire_with_line(stats, ended, waiting, heartbeat)
   seq_text = ticket_entry
 end
 -- The same text is the same number (Redis and Python spell a seq alike): the common poll compares no numbers.
@@ -182,6 +193,7 @@ local rate = redis.call('HGET', pace, 'rate')
 -- Until the opening has made the pre-queue the line, a place in line does not tell how many stand ahead of it.
 local drawn = (opens_at and not opened()) and '-1' or '0'
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
-local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'left', 'evicted', 'waiting_user_ms'))
+local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'eta_left', 'evicted',
+  'waiting_user_ms'))
 return {'WAITING', tonumber(seq_text), ahead, rate, paused == '1' and 1 or 0, mark_text, batch or default_batch,
   tick_ms or default_tick_ms, drawn, left, evicted, waiting_user_ms}

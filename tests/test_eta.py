@@ -91,12 +91,57 @@ def test_departures_counted_move_the_range_down(make_room):
     # Users waited 10,000,000 s in all (the pump's count) and nobody departed.
     room.store.client.hset(keys.stats, mapping={"waiting_user_ms": 10_000_000_000})
     before = room.enter(DROP, "newcomer")  # 1,001 ahead at 10 a second
-    # Over the same time, 30,000 left and 10,000 were evicted.
-    room.store.client.hset(keys.stats, mapping={"left": 30_000, "evicted": 10_000})
+    # Over the same time, 10,000 were evicted and 30,000 left in ways the range counts (lua/leave.lua).
+    room.store.client.hset(keys.stats, mapping={"eta_left": 30_000, "evicted": 10_000})
     after = room.enter(DROP, "newcomer")
     assert after.eta_seconds == before.eta_seconds == 101
     assert before.eta_range == (94, 107)  # h = 192 / 10,600,000: 100.0 s, 100.76 with the tick and the poll, ±6.04
     assert after.eta_range == (80, 91)  # h = 40,192 / 10,600,000: 84.9 s, 85.61 with the tick and the poll, ±5.28
+
+
+def test_one_account_looping_enter_and_leave_bends_no_one_s_range(make_room):
+    """Issue 42's M1: every leave used to count as a departure, so one account looping enter and leave made everyone
+    else's range promise a shorter wait than the line would give (-18 % here)."""
+    room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=1000)  # 1 admission a second
+    for user in range(1, 301):
+        room.enter(DROP, f"x{user}")
+    ticket = room.enter(DROP, "shopper").queue_ticket  # 300 ahead: 300 s if everyone stays
+    before = room.status(DROP, "shopper", ticket).eta_range
+    for _ in range(1000):
+        room.leave(DROP, "looper", room.enter(DROP, "looper").queue_ticket)
+    after = room.status(DROP, "shopper", ticket).eta_range
+    assert room.stats(DROP)["leftCount"] == 1000  # operators still see every leave
+    shift = max(abs(a - b) / b for a, b in zip(after, before, strict=True))
+    assert shift < 0.05, (before, after)
+
+
+def test_a_leave_counts_as_a_departure_after_a_tick_in_line_once_per_user(make_room):
+    room = make_room(VQ_BATCH_SIZE=1, VQ_TICK_MS=100)
+    stats = room.store.keys(DROP).stats
+
+    def counted():
+        return int(room.store.client.hget(stats, "eta_left") or 0)
+
+    def stay(user, seconds):
+        ticket = room.enter(DROP, user).queue_ticket
+        time.sleep(seconds)
+        return ticket
+
+    room.configure(DROP, TargetConfig(tick_ms=60_000))
+    room.leave(DROP, "a", stay("a", 0.12))  # within its first tick: the pump counted none of its time
+    assert counted() == 0
+    room.configure(DROP, TargetConfig(tick_ms=100))
+    room.leave(DROP, "b", stay("b", 0.12))  # a tick and more in line
+    assert counted() == 1
+    room.leave(DROP, "b", stay("b", 0.12))  # again within ten minutes: once per user
+    assert counted() == 1
+    room.leave(DROP, "c", stay("c", 0.12))  # someone else counts
+    assert counted() == 2
+    ticket = stay("d", 0.12)
+    admit_through(room.store, DROP, "d")
+    room.leave(DROP, "d", ticket)  # after their turn came: not a departure ahead of anyone
+    assert counted() == 2
+    assert room.stats(DROP)["leftCount"] == 5
 
 
 def test_the_pump_counts_the_time_users_wait(make_room):

@@ -9,8 +9,13 @@ one place per lifetime of the data, and nobody is admitted while someone behind 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -305,3 +310,95 @@ def test_an_outage_admits_ticket_holders_in_turn_at_the_rate_and_no_outage_token
     waiting = next(u for u in tickets if u not in tokens)
     room.status(selling, str(waiting), tickets[waiting])
     assert int(runtime.store().client.get(runtime.store().keys(selling).mark)) == max(seq for _, seq in admitted)
+
+
+def test_two_containers_in_two_processes_keep_fifo_each_and_their_word_through_a_killed_redis(env, own_redis, tmp_path):
+    """What holds across containers in an outage (docs/guarantees.md#fail-open), measured in two processes: each
+    container reckons from its own last sighting of the line. Each keeps FIFO among its own answers, and admits a
+    user it told WAITING by the time that answer named; but one whose sighting is older may tell a user to wait
+    after the other admitted someone behind them. Printed with -s: how often, and for how long."""
+    tick_s, users = 0.2, 60
+    env(
+        REDIS_URL=own_redis.url,
+        VQ_BREAKER_FAILURES=1,
+        VQ_BREAKER_COOLDOWN_MS=BREAKER_COOLDOWN_MS,
+        VQ_BATCH_SIZE=2,
+        VQ_TICK_MS=int(tick_s * 1000),
+        VQ_TARGETS_OPEN_ON_FIRST_USE="true",
+    )
+    room, target = runtime.waiting_room(), TARGETS[0]
+    tickets = {str(user): room.enter(target, str(user)).queue_ticket for user in range(1, users + 1)}
+    seqs = {user: room.signer.read_ticket(ticket).seq for user, ticket in tickets.items()}
+    (tmp_path / "tickets.json").write_text(json.dumps(tickets))
+    stop = threading.Event()
+    pump = threading.Thread(
+        target=Pump(runtime.store(), runtime.settings()).run,
+        kwargs={"remaining_ms": lambda: 0 if stop.is_set() else 3_600_000.0},
+    )
+    pump.start()
+    # A container polled every 50 ms, and one polled every 300 ms, whose sightings are older.
+    outs = [str(tmp_path / f"container-{n}.jsonl") for n in (0, 1)]
+    containers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.container",
+                target.type,
+                str(target.id),
+                str(tmp_path / "tickets.json"),
+                out,
+                "6",
+                every,
+            ],
+            stdout=subprocess.DEVNULL,  # its log
+        )
+        for out, every in zip(outs, ("0.05", "0.3"), strict=True)
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(Path(out + ".ready").exists() for out in outs):
+            assert time.monotonic() < deadline, "the containers did not start"
+            time.sleep(0.05)
+        for user in list(tickets)[4:40:6]:  # some leave: the pump skips them, an older sighting still counts them
+            room.leave(target, user, tickets[user])
+        time.sleep(1.0)
+        killed_at = time.time()
+        own_redis.kill()
+        for container in containers:
+            assert container.wait(timeout=60) == 0
+    finally:
+        stop.set()
+        pump.join(timeout=30)
+        for container in containers:
+            container.kill()
+    answers = [
+        [(at, seqs[user], status, eta) for at, user, status, eta in map(json.loads, Path(out).read_text().splitlines())]
+        for out in outs
+    ]
+
+    reckoned, crossed, longest = 0, 0, 0.0
+    for mine, theirs in ((answers[0], answers[1]), (answers[1], answers[0])):
+        admitted_here = [(at, seq) for at, seq, status, _ in mine if status == "ADMITTED"]
+        admitted_there = [(at, seq) for at, seq, status, _ in theirs if status == "ADMITTED"]
+        for at, seq, status, eta in mine:
+            if status != "WAITING":
+                continue
+            # FIFO within a container, whether it admitted from Redis or by reckoning.
+            passed = [s for done, s in admitted_here if done < at and s > seq]
+            assert not passed, f"seq {seq} told to wait behind seqs {passed[:3]} this container admitted"
+            if at <= killed_at:
+                continue
+            reckoned += 1
+            # Its word: the first poll of this user here from the time the answer named is admitted.
+            later = [st for t, s, st, _ in mine if s == seq and t >= at + eta + 0.05]
+            assert not later or later[0] == "ADMITTED", f"seq {seq} told {eta} s, not admitted then but {later[0]}"
+            behind = [done for done, s in admitted_there if done < at and s > seq]
+            if behind:
+                crossed += 1
+                longest = max(longest, at - min(behind))
+    assert reckoned, "the containers reckoned turns in the outage"
+    print(
+        f"\ntwo containers through a killed Redis: {reckoned} WAITING answers reckoned, {crossed} of them after the "
+        f"other container had admitted someone behind, the longest {longest:.2f} s after"
+    )

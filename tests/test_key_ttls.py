@@ -1,6 +1,7 @@
 """Every key the scripts write expires, apart from the operator's `config`: each journey (enter, admit, buy, fail
-and restore, leave, evict, pre-queue, draw, forget) runs against a real Redis and pump, and after each one every
-key under the test's prefix is checked for a TTL. A key without one would outlive its queue for good."""
+and restore, leave, evict, pre-queue, draw, forget, a failover's restore, entering an emptied line) runs against a
+real Redis and pump, and after each one every key under the test's prefix is checked for a TTL. A key without one
+would outlive its queue for good."""
 
 import time
 
@@ -11,9 +12,12 @@ from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseRequest
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from tests.support.ticks import wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
 SHOW = Target("ticketing-event", 7)
+RESTOCK = Target("limited-drop", 43)
+REFILL, PREVIEW = Target("limited-drop", 44), Target("ticketing-event", 8)
 
 
 def keys_without_ttl(client, prefix):
@@ -51,7 +55,7 @@ def journey(env, origin, client, prefix):
         assert keys_without_ttl(client, prefix) == [], f"after {name}"
 
     yield run
-    assert len(scanned) == 9
+    assert len(scanned) == 11
 
 
 def tick(times=1):
@@ -112,12 +116,55 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         tick()
         assert room.status(SHOW, "2", tickets[SHOW, 2]).status in ("WAITING", "ADMITTED")
 
+    def failover_restore():
+        # A promoted replica that lagged (docs/failover.md): it holds the line's numbers as they were after the first
+        # tick, and none of its places, counters or records. A token given back while maxActive is full stays used
+        # (restore.lua), and tickets restore the places lost, admitted or waiting (status.lua).
+        store, settings = runtime.store(), runtime.settings()
+        keys, pump = store.keys(RESTOCK), Pump(store, settings)
+        for user in (1, 2):
+            tickets[RESTOCK, user] = room.enter(RESTOCK, str(user)).queue_ticket
+        wait_for_next_tick(client, settings.tick_ms)
+        pump.tick()  # admits users 1 and 2
+        node = {key: (client.dump(key), client.pttl(key)) for key in (keys.tick, keys.mark, keys.seq)}
+        token = room.status(RESTOCK, "1", tickets[RESTOCK, 1]).entry_token
+        for user in (3, 4, 5):
+            tickets[RESTOCK, user] = room.enter(RESTOCK, str(user)).queue_ticket
+        room.leave(RESTOCK, "2", tickets[RESTOCK, 2])
+        wait_for_next_tick(client, settings.tick_ms)
+        pump.tick()  # admits users 3 and 4
+        assert room.status(RESTOCK, "3", tickets[RESTOCK, 3]).status == "ADMITTED"
+        assert store.consume(token, "purchase", int(time.time() * 1000)) == "FIRST"
+
+        client.delete(keys.waiting, keys.heartbeat, keys.ended, keys.stats, keys.waits)
+        for key, (value, ttl) in node.items():
+            client.restore(key, ttl, value, replace=True)
+        room.configure(RESTOCK, TargetConfig(max_active=1))
+        assert store.restore(token, "purchase") is False  # user 3 holds maxActive's room: it stays used
+        assert keys_without_ttl(client, store.prefix) == [], "after a token kept used"
+        wait_for_next_tick(client, settings.tick_ms)
+        assert pump.tick().targets[RESTOCK].fenced != (0, 0)
+        assert room.status(RESTOCK, "4", tickets[RESTOCK, 4]).status == "ADMITTED"  # from its ticket
+        assert room.status(RESTOCK, "5", tickets[RESTOCK, 5]).status == "WAITING"  # back at its seq
+        pump._release()
+
     def forget():
         for user in (1, 2, 3):
             room.leave(SHOW, str(user), tickets[SHOW, user])
         tick(2)
         assert runtime.store().registered_targets() == {}
         room.leave(DROP, "1", tickets[1])  # a departure after the pump forgot the target
+
+    def enter_an_emptied_line():
+        # The line's keys went with its last user (a sorted set without members is no key); the registration is still
+        # fresh, so the next newcomer's enter does not slide the keys' TTLs: it must give them one.
+        first = room.enter(REFILL, "1").queue_ticket
+        tick()
+        assert room.status(REFILL, "1", first).status == "ADMITTED"
+        assert room.enter(REFILL, "2").status == "WAITING"
+        room.configure(PREVIEW, TargetConfig(opens_at_ms=int(time.time() * 1000) + 3_600_000))
+        room.leave(PREVIEW, "1", room.enter(PREVIEW, "1").queue_ticket)
+        assert room.enter(PREVIEW, "2").status == "PRE_QUEUE"
 
     for name, steps in [
         ("enter", enter),
@@ -129,5 +176,7 @@ def test_every_key_the_scripts_write_expires(journey, origin, client):
         ("pre-queue", pre_queue),
         ("draw", draw),
         ("forget", forget),
+        ("failover restore", failover_restore),
+        ("enter an emptied line", enter_an_emptied_line),
     ]:
         journey(name, steps)

@@ -168,7 +168,7 @@ def test_users_who_left_are_skipped_so_every_tick_admits_batch_users_still_waiti
     leavers = set(random.Random(3).sample(range(1, 201), 60))  # 30 %
     seqs = {int(user): int(seq) for user, seq in client.zrange(store.keys(DROP).waiting, 0, -1, withscores=True)}
     for user in leavers:
-        store.leave(DROP, str(user), seqs[user], 0, 60_000)
+        store.leave(DROP, str(user), seqs[user], 0, 60_000, 2000)
     pump = Pump(store, runtime.settings())
     waiting_key = store.keys(DROP).waiting
     skipped = 0
@@ -189,7 +189,14 @@ def test_users_who_left_are_skipped_so_every_tick_admits_batch_users_still_waiti
 
 
 def test_users_who_stopped_polling_are_evicted_and_those_behind_move_up(env, client, store):
-    env(VQ_TICK_MS=60_000, VQ_BATCH_SIZE=1, VQ_MAX_EVICT_PER_TICK=10, VQ_HEARTBEAT_TIMEOUT_S=60)
+    # The whole line inside the presence window (at one a minute, 120 s would hold two places): all must poll.
+    env(
+        VQ_TICK_MS=60_000,
+        VQ_BATCH_SIZE=1,
+        VQ_MAX_EVICT_PER_TICK=10,
+        VQ_HEARTBEAT_TIMEOUT_S=60,
+        VQ_PRESENCE_WINDOW_S=100_000,
+    )
     room = runtime.waiting_room()
     # Their last poll was two minutes ago.
     stale_room = copy.copy(room)

@@ -125,6 +125,8 @@ def test_status_reports_place_and_eta_from_the_configured_rate(make_room):
     body = entry.to_body()
     # Asked back after half the 4.2 s wait, shortened by up to a quarter (chalicelib/polling.py).
     assert 1575 <= body.pop("pollAfterMs") <= 2100
+    # The entry's place as /line places it (docs/api.md), as text: 16 digits.
+    assert body.pop("seq") == str(room.store.client.zscore(room.store.keys(DROP).waiting, "22").__int__())
     # The range: around the 4.2 s, a quarter of the 2 s tick and the 0.5 s to the poll that tells of the turn
     # (5.2 s), by half a tick, half a poll and 5 % either side (1.76 s): 3.44 to 6.96 s (chalicelib/eta.py).
     assert body == {

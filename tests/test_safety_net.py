@@ -165,6 +165,28 @@ def test_a_user_waiting_is_never_passed_by_a_later_enter(env, client):
     assert [seq for _, seq, _ in made] == sorted({seq for _, seq, _ in made}), "admitted in seq order"
 
 
+def test_an_account_looping_enter_and_leave_passes_once_and_leaves_the_budget_to_others(env, client):
+    """Issue 42's M1: one account looping enter and leave took 21 of a tick's 25 passes. One pass per user in ten
+    minutes: it queues after its first, and everyone else still passes."""
+    room = net_room(env, batch=25, tick_ms=1000)  # should the loop span ticks, each has a budget: the same holds
+    looped = []
+    for user in range(1, 25):
+        for _ in range(10):
+            entry = room.enter(DROP, "looper")
+            looped.append(entry.status)
+            room.leave(DROP, "looper", entry.queue_ticket)
+        entry = room.enter(DROP, str(user))
+        assert (entry.status, entry.queued) == ("ADMITTED", False), user
+    assert looped.count("ADMITTED") == 1 and set(looped[1:]) == {"WAITING"}
+    assert room.stats(DROP)["passedThroughCount"] == 25
+    # Its next entry queues, and the pump's next tick admits it.
+    entry = room.enter(DROP, "looper")
+    assert entry.status == "WAITING"
+    wait_for_next_tick(client, 1000)
+    pump(room)
+    assert room.status(DROP, "looper", entry.queue_ticket).status == "ADMITTED"
+
+
 def test_max_active_pause_and_sold_out_still_hold(env, client):
     room = net_room(env, batch=10, tick_ms=2000, max_active=3)
     clear_of_tick_end(client, 2000, 1500)

@@ -501,11 +501,11 @@ def test_a_declared_field_no_script_uses_is_caught():
 
 def test_a_key_written_or_read_where_the_model_does_not_say_is_caught():
     files = lua_files()
-    files["leave.lua"] += "\nredis.call('GET', mark)\n"  # leave.lua has no such key
+    files["leave.lua"] += "\nredis.call('GET', fence)\n"  # leave.lua has no such key
     files["evict.lua"] += "\nredis.call('HINCRBY', stats, 'left', 1)\n"
     assert model_problems(files, data_model.KEYS) == [
         "evict.lua writes `stats.left`, but the model does not list it",
-        "leave.lua: redis.call('GET', mark, ...): `mark` names no key",
+        "leave.lua: redis.call('GET', fence, ...): `fence` names no key",
     ]
     # A Python module said to read a field it never names.
     draw = data_model.KEYS["draw"]

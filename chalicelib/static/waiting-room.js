@@ -6,12 +6,14 @@
   const $ = (id) => document.getElementById(id);
   const entriesUrl = new URL(config.entries, location.href);
   const statusUrl = new URL(config.entries + "/me", location.href);
+  const lineUrl = new URL(config.line, location.href);
   const purchaseUrl = new URL(config.purchase, location.href);
   const locale = config.lang === "ko" ? "ko-KR" : "en";
   const clockFormat = new Intl.DateTimeFormat(locale, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   const dateFormat = new Intl.DateTimeFormat(locale, { dateStyle: "medium", timeStyle: "short" });
   const CALL_TIMEOUT_MS = 8000;  // a hung API: give up on the call and try again
   const SLOW_MS = 3000;  // a call still unanswered after this shows "reconnecting" while it waits
+  const THROTTLED_MS = 5000;  // the gateway's 429 (no code): the shortest wait before asking again, doubled each time
 
   // How the shopper is named (docs/identity.md: the page): a verified JWT the shop hands over, or, in header mode
   // (the demo, or behind the shop's own gateway), X-User-Id.
@@ -39,6 +41,10 @@
   let failures = 0;
   let skewMs = 0;  // server clock minus ours, from the Date header
   let lastAnnounced = { position: null, at: 0 };
+  let lastAdviceMs = 0;  // the last wait the server advised (pollAfterMs, lineAfterMs)
+  // Beyond the presence window: {seq, line, ahead, offset}, the place read off the line's public state
+  // (docs/api.md#far-back-read-the-line-not-your-place); null while polling its own place.
+  let far = null;
 
   function fill(text, values) {
     return text.replace(/\{(\w+)\}/g, (whole, name) => (name in values ? String(values[name]) : whole));
@@ -191,6 +197,16 @@
     later(next, retryAfterS ? retryAfterS * 1000 + between(0, 1000) : between(backoff / 2, backoff));
   }
 
+  // A 429 without a code: the gateway says slow down. Never sooner than the server last advised, nor than
+  // THROTTLED_MS doubled per refusal in a row, shortened by up to a tenth so the throttled spread out.
+  function throttled(next) {
+    failures += 1;
+    troubled();
+    const backoff = Math.min(60000, THROTTLED_MS * 2 ** Math.min(failures - 1, 4));
+    later(next, Math.max(lastAdviceMs, backoff) * (1 - 0.1 * Math.random()));
+  }
+  const throttledAnswer = (answer) => answer.status === 429 && !answer.code && !answer.retryAfter;
+
   function answered() {
     failures = 0;
     lastGood = new Date();
@@ -216,6 +232,7 @@
       if (answer.body.queueTicket) saved.set("ticket", answer.body.queueTicket);
       return handle(answer.body);
     }
+    if (throttledAnswer(answer)) return throttled(enter);
     if (!fromQueue(answer)) return retry(enter, answer.retryAfter);
     answered();
     if (answer.status === 429) return lineFull(answer.retryAfter || 10);
@@ -236,6 +253,7 @@
       answered();
       return handle(answer.body);
     }
+    if (throttledAnswer(answer)) return throttled(poll);
     if (!fromQueue(answer)) return retry(poll, answer.retryAfter);
     answered();
     if (answer.code === "NOT_IN_QUEUE" || answer.code === "INVALID_QUEUE_TICKET") {
@@ -271,15 +289,20 @@
     if (entry.status === "WAITING" || entry.status === "PRE_QUEUE") saved.set("last", { entry, at: Date.now() });
     switch (entry.status) {
       case "PRE_QUEUE":
+        far = null;
         showPreQueue(entry);
-        return later(poll, nextPoll(entry));
+        lastAdviceMs = nextPoll(entry);
+        return later(poll, lastAdviceMs);
       case "WAITING":
         if (!saved.get("ticket")) {
           $("error-text").textContent = t.otherWindow;
           return show("error");
         }
         showPlace(entry);
-        return later(poll, nextPoll(entry));
+        lastAdviceMs = nextPoll(entry);
+        // Far back: read the line (the edge answers it), not the place; no heartbeat is needed there.
+        far = entry.lineAfterMs != null && entry.seq ? { seq: entry.seq, line: null } : null;
+        return later(far ? readLine : poll, lastAdviceMs);
       case "ADMITTED":
       case "DIRECT_ADMITTED":
         return showAdmitted(entry);
@@ -301,6 +324,62 @@
       return Math.min(Math.max(opensAt - serverNow(), 0), 20000) + between(500, 2500);
     }
     return between(2000, 3000);
+  }
+
+  // --- far back: the line's public state ---
+
+  async function readLine() {
+    let answer;
+    try {
+      answer = await call("GET", lineUrl, {});
+    } catch (err) {
+      return poll();
+    }
+    if (throttledAnswer(answer)) return throttled(readLine);
+    const line = answer.status === 200 && answer.body;
+    // Any other answer (not ticked yet, Redis down and no copy at the edge): ask for the place itself.
+    if (!far || !line || !Array.isArray(line.shape)) return poll();
+    answered();
+    far.line = line;
+    far.offset = Number(line.serverTimeMs) - Date.now();
+    far.ahead = aheadOf(far.seq, line);
+    placeFar(true);
+  }
+
+  // Users ahead of `seq`: interpolated between the two points of the line's shape around it (within 1 % of it).
+  function aheadOf(seq, line) {
+    const mine = Number(seq);
+    const points = line.shape;
+    if (mine <= Number(line.mark) || !points.length || mine <= Number(points[0][0])) return 0;
+    for (let i = 1; i < points.length; i++) {
+      const [s2, a2] = [Number(points[i][0]), points[i][1]];
+      if (mine <= s2) {
+        const [s1, a1] = [Number(points[i - 1][0]), points[i - 1][1]];
+        return a1 + (a2 - a1) * (mine - s1) / (s2 - s1);
+      }
+    }
+    return Number(line.waitingCount);
+  }
+
+  // The place now: moved on at the line's rate since the pump wrote it; then poll inside the window, or read the
+  // line again after half the wait until the window (at most readCapS apart). `read`: just read.
+  function placeFar(read) {
+    const line = far.line;
+    const paused = line.state === "PAUSED";
+    const moving = (line.state === "OPEN" || line.state === "CLOSED") && line.ratePerSec > 0;
+    if (!paused && !moving) return poll();  // sold out, before or at the opening: the place's own answer says
+    const elapsed = Math.max(0, Date.now() + far.offset - line.asOfMs) / 1000;
+    const ahead = Math.max(0, far.ahead - (paused ? 0 : line.ratePerSec * elapsed));
+    const eta = paused ? null : ahead / line.ratePerSec;
+    if (!paused && eta <= line.presenceWindowS) {
+      far = null;
+      return poll();
+    }
+    showPlace({ position: Math.round(ahead) + 1, aheadCount: Math.round(ahead), etaSeconds: paused ? null : Math.round(eta), paused });
+    if (!read) return;
+    const waitS = paused ? line.readCapS : Math.min(line.readCapS, Math.max(1, (eta - line.presenceWindowS) / 2));
+    lastAdviceMs = waitS * 1000 * (1 - 0.1 * Math.random());
+    later(readLine, lastAdviceMs);
   }
 
   function forgetPlace() {
@@ -390,7 +469,9 @@
   // Countdowns, once a second: the opening, the pass, the retry of a full line.
   function tick() {
     const view = document.body.dataset.view;
-    if (view === "prequeue" && opensAt) {
+    if (view === "waiting" && far && far.line) {
+      placeFar(false);
+    } else if (view === "prequeue" && opensAt) {
       const left = opensAt - serverNow();
       $("opens-in").textContent = left > 0 ? clock(left) : "0:00";
       $("prequeue-note").textContent = left > 0 ? t.prequeue_p : t.opening;
@@ -481,7 +562,7 @@
   // A hidden tab's timers may be slowed to one a minute: back in view, ask at once rather than at the next one.
   document.addEventListener("visibilitychange", () => {
     const polling = ["prequeue", "waiting", "unknown"].includes(document.body.dataset.view);
-    if (document.visibilityState === "visible" && polling) later(poll, 0);
+    if (document.visibilityState === "visible" && polling) later(far ? readLine : poll, 0);
   });
   $("buy").addEventListener("click", buy);
   for (const button of document.querySelectorAll(".rejoin")) button.addEventListener("click", rejoin);

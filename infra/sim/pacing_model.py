@@ -116,7 +116,7 @@ class Protocol:
 
     edge: bool
     window_s: float = 120.0  # VQ_PRESENCE_WINDOW_S: inside it, a client polls the origin
-    line_cap_s: float = 120.0  # the longest gap between two reads of /line
+    line_cap_s: float = 300.0  # VQ_LINE_READ_CAP_S: the longest gap between two reads of /line
 
     @property
     def name(self) -> str:
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arrival-s", type=float, help=f"arrivals spread over this long (default: {ARRIVALS_PER_S}/s)")
     parser.add_argument("--heartbeat-timeout-s", type=int, default=60)
     parser.add_argument("--window-s", type=float, default=120.0, help="VQ_PRESENCE_WINDOW_S")
-    parser.add_argument("--line-cap-s", type=float, default=120.0, help="the longest gap between two reads of /line")
+    parser.add_argument("--line-cap-s", type=float, default=300.0, help="VQ_LINE_READ_CAP_S")
     parser.add_argument("--exact", action="store_true", help="walk every event (slow beyond a few 100,000 users)")
     parser.add_argument("--seed", type=int, default=7, help="the clients' jitter")
     parser.add_argument("--waf-at-edge", action="store_true", help="price the web ACL on the distribution")

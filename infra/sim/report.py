@@ -25,7 +25,8 @@ from infra.sim.sale_cost import Deployment, SaleLoad, sale_cost
 TARGET = Target("limited-drop", 1)
 ENTRIES = f"/virtual-queues/{TARGET.type}/{TARGET.id}/entries"
 PURCHASE = purchase_path(TARGET)
-KINDS = ("enter", "status", "leave", "purchase")  # of API call
+KINDS = ("enter", "status", "leave", "purchase", "line")  # of API call
+LINE = ENTRIES.removesuffix("/entries") + "/line"
 
 SHOP_WINDOW_S = 5  # the shop's load is checked over windows this long
 FIXED_POLL_S = 2.5  # what the waiting-room page did before the server paced it: the comparison

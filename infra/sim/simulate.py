@@ -61,7 +61,7 @@ from tqdm import tqdm  # noqa: E402
 from chalicelib.pump import Pump, TickReport  # noqa: E402
 from chalicelib.tokens import TokenSigner  # noqa: E402
 from infra.local.stack import LocalStack  # noqa: E402
-from infra.sim.report import ENTRIES, KINDS, PURCHASE, analyse, eta_csv, plot, summary, target_tick  # noqa: E402
+from infra.sim.report import ENTRIES, KINDS, LINE, PURCHASE, analyse, eta_csv, plot, summary, target_tick  # noqa: E402
 
 ARRIVALS_PER_S = 2500  # the default burst's rate, for a crowd of more than 5,000
 
@@ -482,14 +482,21 @@ async def journey(user: User, api: Api | InProcessApi, started: float, signer: T
     entry = await enter(user, api, signer)
     while entry is not None and entry["status"] in ("WAITING", "PRE_QUEUE"):
         delay = user.poll_after_s = entry["pollAfterMs"] / 1000
-        if user.gives_up_s is not None and time.time() + delay >= user.entered_at + user.gives_up_s:
-            await api.sleep(max(0.0, user.entered_at + user.gives_up_s - time.time()))
-            if user.leaves:
-                await api.call("leave", "DELETE", ENTRIES + "/me", user_headers(user))
-            user.outcome = "left" if user.leaves else "stopped polling"
-            user.stopped_waiting_at = time.time()
-            return
-        user.last_poll_due_at = await api.sleep(delay)
+        # Far back, the client reads /line until it places itself within the presence window (docs/api.md).
+        reading = "lineAfterMs" in entry
+        while True:
+            if user.gives_up_s is not None and time.time() + delay >= user.entered_at + user.gives_up_s:
+                await api.sleep(max(0.0, user.entered_at + user.gives_up_s - time.time()))
+                if user.leaves:
+                    await api.call("leave", "DELETE", ENTRIES + "/me", user_headers(user))
+                user.outcome = "left" if user.leaves else "stopped polling"
+                user.stopped_waiting_at = time.time()
+                return
+            user.last_poll_due_at = await api.sleep(delay)
+            if not reading:
+                break
+            line = await api.call("line", "GET", LINE, {})
+            delay, reading = next_line_read(line.body if line.status == 200 else None, int(entry["seq"]))
         answer = await api.call("status", "GET", ENTRIES + "/me", user_headers(user))
         if answer.status == 200:
             entry = answer.body
@@ -509,6 +516,33 @@ async def journey(user: User, api: Api | InProcessApi, started: float, signer: T
         user.admitted_at = user.stopped_waiting_at
         note_token(user, entry)
         await buy(user, entry["entryToken"], api)
+
+
+def next_line_read(line: dict | None, seq: int) -> tuple[float, bool]:
+    """docs/api.md's far-back client on one answer of /line: (seconds to wait, whether to read /line after them,
+    else poll the place). It places itself from the shape, and polls once its ETA, moved on at the rate, reaches the
+    presence window."""
+    if line is None or line["state"] not in ("OPEN", "CLOSED", "PAUSED"):
+        return 0.0, False
+    if line["state"] == "PAUSED":
+        return line["readCapS"] * (1 - 0.1 * random.random()), True
+    rate = line["ratePerSec"]
+    if rate <= 0:
+        return 0.0, False
+    points = [(int(s), ahead) for s, ahead in line["shape"]]
+    ahead = float(line["waitingCount"])
+    if seq <= int(line["mark"]) or not points or seq <= points[0][0]:
+        ahead = 0.0
+    else:
+        for (s1, a1), (s2, a2) in itertools.pairwise(points):
+            if seq <= s2:
+                ahead = a1 + (a2 - a1) * (seq - s1) / (s2 - s1)
+                break
+    beyond_s = ahead / rate - line["presenceWindowS"]
+    if beyond_s <= 0:
+        return 0.0, False
+    read_s = min(line["readCapS"], max(1.0, beyond_s / 2)) * (1 - 0.1 * random.random())
+    return (read_s, True) if read_s < beyond_s else (beyond_s, False)
 
 
 async def enter(user: User, api: Api | InProcessApi, signer: TokenSigner) -> dict | None:

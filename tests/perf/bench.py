@@ -13,6 +13,7 @@ Runs, one after another against an embedded Valkey of this run's own, each in a 
   bench_pump.py        admissions under 8 concurrent pumps, slots under 30 % abandonment, a 100-target tick
   bench_authorizer.py  entry-token verifications against a bare HMAC-SHA256
   bench_cold_start.py  the real package's import, with and without bytecode, against its dependencies alone
+  bench_line.py        /line's Redis commands; the pump's tick at 1,000,000 waiting against 10,000
   bench_events.py      the outbox: a call's server time with events on against off, publishing rate and delay,
                        outbox memory
 Each also runs on its own and writes build/bench_<name>.json; this prints the summary table, writes
@@ -42,7 +43,7 @@ import benchlib  # beside this file
 HERE = benchlib.ROOT / "tests" / "perf"
 PAGE = benchlib.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- figures: written by make bench from build/bench.json -->", "<!-- end of the figures -->"
-BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events")
+BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events", "line")
 STATUS_MOST_US = 25  # the design's bound on status.lua's server CPU per poll
 NOT_MEASURED = "not measured"
 
@@ -78,7 +79,7 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
     def section(title, load=None):
         add(title + (f"  (load average {load['min']}-{load['max']})" if load else ""))
 
-    scripts, request, pump, authorizer, cold, events = (r[name] for name in BENCHES)
+    scripts, request, pump, authorizer, cold, events, line = (r[name] for name in BENCHES)
     section("REDIS ROUND TRIPS PER CALL (client socket sends)")
     for name, sends in scripts["round_trips"].items():
         if name.startswith("naive"):
@@ -301,6 +302,20 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         )
     for server, used in events["memory_per_1000_events"].items():
         add(f"  outbox memory per 1,000 events, {server}", f"{used:,.0f} bytes")
+
+    small, large = line["sizes"]
+    section("EDGE LINE: /line's Redis commands; one pump tick's Redis time as the line grows", line["load_average"])
+    for size, row in line["served"].items():
+        sent = row["commands"]
+        add(f"  /line with {int(size):,} waiting", " ".join(sent), "1 GET", "ok" if sent == ["GET"] else "MISSED")
+    for size, figure in line["tick_us"].items():
+        add(f"  tick with {int(size):,} waiting", shown(figure, " us", 0))
+    add(
+        f"  tick with {large:,} x with {small:,}",
+        shown(line["tick_large_x_small"]),
+        f"<= {line['most_x']}x",
+        benchlib.verdict(line["tick_large_x_small"], line["most_x"]),
+    )
     return found
 
 

@@ -140,7 +140,7 @@ def client_round(url: str, mode: str, calls: int, results: dict[str, dict[str, l
     expires = int(time.time()) + 300
     tokens = [EntryToken("x", DROP, user, expires, f"tok{user}") for user in range(1, calls + 1)]
     calls_of = {"leave": calls // 2, "purchase noted": calls, "token restored": calls, "tick admitting 100": 5}
-    measure("leave", lambda: [store.leave(DROP, str(u), seqs[u], now, 600_000) for u in range(1, calls // 2 + 1)])
+    measure("leave", lambda: [store.leave(DROP, str(u), seqs[u], now, 600_000, 2000) for u in range(1, calls // 2 + 1)])
     for t in tokens:
         store.consume(t, f"c{t.user_id}", now)
     measure(
@@ -204,7 +204,7 @@ def delays(url: str, seconds: int = benchlib.scaled(12, 2)) -> dict:
     def leaving():
         user = len(seqs)
         while not stop.is_set() and user > 0:
-            store.leave(DROP, str(user), seqs[user], int(time.time() * 1000), 600_000)
+            store.leave(DROP, str(user), seqs[user], int(time.time() * 1000), 600_000, 2000)
             user -= 1
             time.sleep(0.01)
 
