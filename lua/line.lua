@@ -31,17 +31,19 @@ local collecting = redis.call('ZCOUNT', waiting, '-inf', mark_text)
 local waiting_count = redis.call('ZCARD', waiting) - collecting
 
 -- The window holds the first `reach` users waiting; the edge is the seq of the last of them (all of them, in a
--- shorter line). Seqs stay text: they have more digits than Lua's numbers print.
+-- shorter line). A line that never outgrew the window has no edge: all of it is inside, those who enter before the
+-- next tick too, as evict.lua takes a missing edge. Seqs stay text: they have more digits than Lua's numbers print.
 local function seq_at(rank)
   return redis.call('ZRANGE', waiting, rank, rank, 'WITHSCORES')[2]
 end
 local edge = redis.call('GET', window)
 local reach = math.max(1, math.ceil(rate * tonumber(presence_window_s)))
 local crossed = 0
-if waiting_count > 0 then
+if waiting_count > 0 and (edge or waiting_count > reach) then
   local wanted = seq_at(collecting + math.min(reach, waiting_count) - 1)
   if not edge then
-    -- A line's first edge: until now eviction took everyone as inside (evict.lua), so their clocks already run.
+    -- A line's first edge, as it outgrows the window: until now eviction took everyone as inside (evict.lua), so
+    -- their clocks already run.
     edge = wanted
   elseif tonumber(wanted) > tonumber(edge) then
     local crossing = redis.call('ZRANGEBYSCORE', waiting, '(' .. edge, wanted, 'WITHSCORES', 'LIMIT', 0,
