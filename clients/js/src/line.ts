@@ -56,7 +56,8 @@ export interface WaitingLineOptions {
   baseUrl: string;
   type: string;
   targetId: string | number;
-  /** jwt mode: the shop's JWT for this shopper; called before each call, with `refresh` true after a 401. */
+  /** jwt mode: the shop's JWT for this shopper; called before each call, with `refresh` true after a 401 (null
+   * then: the 401 stands, an UNAUTHENTICATED error). */
   getToken?: (refresh: boolean) => string | null | Promise<string | null>;
   /** Header mode (behind the shop's gateway, or `make run`): the user, sent as X-User-Id. */
   userId?: string;
@@ -374,7 +375,9 @@ export class WaitingLine {
   private async call(method: string, url: string, headers: { [name: string]: string }, body?: string): Promise<Answer> {
     let answer = await this.send(method, url, { ...headers, ...(await this.identity(false)) }, body);
     if (answer.status === 401 && this.options.getToken) {
-      answer = await this.send(method, url, { ...headers, ...(await this.identity(true)) }, body);
+      // No new JWT (the page's, which sends the shopper to sign in instead): the 401 stands, nothing is resent.
+      const fresh = await this.identity(true);
+      if (fresh.Authorization) answer = await this.send(method, url, { ...headers, ...fresh }, body);
     }
     return answer;
   }

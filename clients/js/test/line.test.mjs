@@ -33,6 +33,16 @@ test("jwt mode: a JWT refused after the refresh too is an UNAUTHENTICATED error,
   assert.equal(calls.length, 2);
 });
 
+test("jwt mode: no JWT from the refresh leaves the 401 standing, without sending the call again", async () => {
+  const clock = new FakeClock();
+  const asked = [];
+  const getToken = (refresh) => (asked.push(refresh), refresh ? null : "stale");
+  const { queue, calls } = line(clock, () => refused(401, "UNAUTHENTICATED"), { getToken });
+  await assert.rejects(queue.join(), (err) => isQueueError(err, "UNAUTHENTICATED") && err.status === 401);
+  assert.deepEqual(asked, [false, true]);
+  assert.equal(calls.length, 1);
+});
+
 test("a refusal to enter rejects join with its code; nothing more is sent", async () => {
   for (const [status, code] of [[409, "SOLD_OUT"], [409, "QUEUE_CLOSED"], [403, "NOT_INVITED"], [404, "UNKNOWN_TARGET"], [400, "INVALID_ARGUMENT"]]) {
     const clock = new FakeClock();
