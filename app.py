@@ -366,10 +366,19 @@ def waiting_room_page(queue_type, target_id):
             lang,
             runtime.waiting_room().display(target),
             page_path=WAITING_ROOM.format(queue_type=target.type, target_id=target.id),
-            entries_path=ENTRIES.format(queue_type=target.type, target_id=target.id),
             purchase_path=gate.purchase_path(target),
             identity=page_identity(runtime.settings()),
         )
+    )
+
+
+@app.route(page.LIBRARY_PATH, methods=["GET"])
+def waiting_room_library():
+    """The client library the waiting room runs on (clients/js/'s bundle): revalidated like the page it serves."""
+    return Response(
+        body=page.library(),
+        status_code=200,
+        headers={"Content-Type": "text/javascript; charset=utf-8", "Cache-Control": "no-cache"},
     )
 
 

@@ -1,7 +1,8 @@
 """The web pages: the waiting room shoppers see (static/waiting-room.html with its script waiting-room.js, in
-Korean or English) and the operator console (static/console.html with its script console.js). Each is served as
-one HTML document with its script inline, filled in per request, with a Content-Security-Policy that lets
-exactly that script run (docs/pages.md: security headers)."""
+Korean or English, on the client library's bundle, static/virtual-queue.min.js) and the operator console
+(static/console.html with its script console.js). Each is served as one HTML document with its script inline,
+filled in per request, with a Content-Security-Policy that lets exactly that script run, and the same-origin
+scripts it names (docs/pages.md: security headers)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from chalicelib.targets import TARGET_TYPES, Target
 # Beside this module, so the deployment package (which carries chalicelib/**) has them too.
 STATIC = Path(__file__).resolve().parent / "static"
 SERVICE_WORKER_PATH = "/waiting-room/service-worker.js"  # its folder is its scope: every waiting-room page
+# The client library (clients/js/, `npm run bundle`; tests keep this copy equal to a fresh build), beside the
+# service worker so the edge caches it as it caches the page and the worker keeps it for a reload offline.
+LIBRARY_PATH = "/waiting-room/virtual-queue.min.js"
 LANGUAGES = ("en", "ko")
 DEFAULT_LANGUAGE = "en"  # for a browser that names neither: a visitor from abroad reads English more likely
 # `{{name}}`: text, HTML-escaped; `__NAME__`: trusted text put in as it is (a script data block's JSON, a script).
@@ -28,15 +32,19 @@ _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}|__([A-Z]+)__")
 _LANGUAGE_RANGE = re.compile(
     r"\s*([A-Za-z]{1,8}|\*)(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.[0-9]{0,3})?))?\s*"
 )
-# What the pages may load besides their own inline scripts: the product's picture (any https host an operator
-# names) and the inline icon, calls to their own origin, the service worker. Styles stay inline ('unsafe-inline'):
-# they run no code, and every text the pages show is escaped. No framing (clickjacking), no <base>, no forms.
+# What the pages may load besides their own inline scripts: their own origin's scripts they name ('self', added
+# only to a page that names one: a same-origin answer of another type never runs, `nosniff`), the product's
+# picture (any https host an operator names) and the inline icon, calls to their own origin, the service worker.
+# Styles stay inline ('unsafe-inline'): they run no code, and every text the pages show is escaped. No framing
+# (clickjacking), no <base>, no forms.
 _POLICY = (
     "default-src 'none'; script-src {scripts}; style-src 'unsafe-inline'; img-src https: data:; "
     "connect-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 # A <script> of another type is a data block: the browser never runs it, so the policy need not allow it.
 _SCRIPT_TYPES = {"", "text/javascript", "application/javascript", "module"}
+# A <script src> the pages may name: a path on their own origin (no scheme, no host, no `//`), never a CDN's.
+_SAME_ORIGIN = re.compile(r"(?!//)[\w./-]+")
 
 
 @dataclass(frozen=True)
@@ -64,11 +72,11 @@ class Template:
             if slot in includes:  # a file of ours: part of the text around it, never filled per request
                 self._texts[i : i + 2] = [self._texts[i] + _static(includes[slot]) + self._texts[i + 1]]
                 del self._slots[i]
-        scripts = _inline_scripts(name, "\0".join(self._texts))
-        if any("\0" in script for script in scripts):
+        finder = _scripts(name, "\0".join(self._texts))
+        if any("\0" in script for script in finder.scripts + finder.sources):
             raise ValueError(f"{name}: a placeholder inside a script would change the script the policy allows")
-        hashes = " ".join(_hash(script) for script in scripts) or "'none'"
-        self.content_security_policy = _POLICY.format(scripts=hashes)
+        allowed = [_hash(script) for script in finder.scripts] + (["'self'"] if finder.sources else [])
+        self.content_security_policy = _POLICY.format(scripts=" ".join(allowed) or "'none'")
 
     def fill(self, text: Mapping[str, str], trusted: Mapping[str, str]) -> Page:
         """The page with each `{{name}}` replaced by `text[name]` HTML-escaped, and each `__NAME__` by
@@ -83,6 +91,7 @@ class _ScriptFinder(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=False)
         self.scripts: list[str] = []
+        self.sources: list[str] = []  # the scripts it loads, each a path on this origin
         self.problems: list[str] = []
         self._open: list[str] | None = None
 
@@ -90,9 +99,12 @@ class _ScriptFinder(HTMLParser):
         named = dict(attrs)
         self.problems += [f"<{tag} {a}>: an inline handler" for a in named if a.startswith("on")]
         if tag == "script" and (named.get("type") or "").lower() in _SCRIPT_TYPES:
-            if "src" in named:
-                self.problems.append("<script src>: only inline scripts are allowed")
-            self._open = []
+            source = named.get("src")
+            if source is not None:
+                if not _SAME_ORIGIN.fullmatch(source):
+                    self.problems.append(f"<script src={source}>: only this origin's scripts are allowed")
+                self.sources.append(source)
+            self._open = [] if source is None else None  # a loaded script: its body (none) never runs
 
     def handle_data(self, data: str) -> None:
         if self._open is not None:
@@ -108,14 +120,15 @@ def _hash(script: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
 
 
-def _inline_scripts(name: str, document: str) -> list[str]:
-    """The text of each script `document` runs, exactly as the browser hashes it."""
+def _scripts(name: str, document: str) -> _ScriptFinder:
+    """The scripts `document` runs: the text of each inline one, exactly as the browser hashes it, and the path
+    of each it loads."""
     finder = _ScriptFinder()
     finder.feed(document)
     finder.close()
     if finder.problems:
         raise ValueError(f"{name}: the pages' CSP would block " + "; ".join(finder.problems))
-    return finder.scripts
+    return finder
 
 
 @functools.cache
@@ -160,14 +173,13 @@ def render(
     lang: str,
     display: dict[str, str],
     page_path: str,
-    entries_path: str,
     purchase_path: str,
     identity: Mapping[str, str | None],
 ) -> Page:
-    """The waiting room of `target` served at `page_path` in `lang`: it queues at `entries_path` and buys at
-    `purchase_path`; `display` holds the target's displayName and imageUrl when an operator set them (and the
-    commitment to its next opening draw's seed, once drawn), `identity`
-    how the page names its shopper (identity.page_identity)."""
+    """The waiting room of `target` served at `page_path` in `lang`: it queues at the queue's routes (through the
+    client library) and buys at `purchase_path`; `display` holds the target's displayName and imageUrl when an
+    operator set them (and the commitment to its next opening draw's seed, once drawn), `identity` how the page
+    names its shopper (identity.page_identity)."""
     texts = messages()[lang]
     kind = TARGET_TYPES[target.type].labels[lang]
     name = display.get("displayName") or texts["fallbackName"].format(type=kind, id=target.id)
@@ -178,14 +190,19 @@ def render(
         "lang": lang,
         "imageUrl": display.get("imageUrl"),
         "openingCommitment": display.get("openingCommitment"),
-        "entries": _relative(page_path, entries_path),
-        "line": _relative(page_path, entries_path.rsplit("/", 1)[0] + "/line"),
-        "purchase": _relative(page_path, purchase_path),
+        # The library's baseUrl (the stage's root: it names the queue's routes below it) and where to buy there.
+        "base": _relative(page_path, "/"),
+        "purchasePath": purchase_path,
         "serviceWorker": _relative(page_path, SERVICE_WORKER_PATH),
         "identity": dict(identity),
         "messages": texts,
     }
     return _template("waiting-room.html", script="waiting-room.js").fill(values, {"CONFIG": _script_json(config)})
+
+
+def library() -> str:
+    """The client library's bundle the waiting room runs on (clients/js/, `npm run bundle`)."""
+    return _static("virtual-queue.min.js")
 
 
 def service_worker() -> str:

@@ -31,10 +31,10 @@ def signed_in(page, stack, target_id, token):
 def ticket_user(shopper):
     """The user of the queue ticket the page keeps (a ticket's payload is base64url text: tokens.py)."""
     tickets = shopper.page.evaluate(
-        "() => Object.keys(localStorage).filter((k) => k.startsWith('vq-ticket:')).map((k) => localStorage[k])"
+        "() => Object.keys(localStorage).filter((k) => k.startsWith('vq:')).map((k) => localStorage[k])"
     )
-    (ticket,) = tickets
-    payload = json.loads(ticket).split(".")[0]
+    (kept,) = tickets  # the library's record of the place (clients/js/src/storage.ts)
+    payload = json.loads(kept)["ticket"].split(".")[0]
     fields = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode().split("|")
     user = fields[4]
     return base64.urlsafe_b64decode(user + "=" * (-len(user) % 4)).decode()

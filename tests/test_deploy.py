@@ -1154,6 +1154,7 @@ def test_the_page_is_cached_a_few_seconds_per_target_and_language(resources):
     page_behaviour = behaviours(resources)["/waiting-room/*"]
     assert fnmatch.fnmatchcase("/waiting-room/limited-drop/42", "/waiting-room/*")
     assert fnmatch.fnmatchcase("/waiting-room/service-worker.js", "/waiting-room/*")
+    assert fnmatch.fnmatchcase("/waiting-room/virtual-queue.min.js", "/waiting-room/*")  # the library the page runs on
     assert page_behaviour["AllowedMethods"] == ["GET", "HEAD"] and page_behaviour["Compress"] is True
     policy, key = cache_key(resources, page_behaviour)
     # Whatever the origin says (the page asks browsers to revalidate every load, with the edge then).

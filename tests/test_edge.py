@@ -129,16 +129,21 @@ def test_every_answer_says_nosniff_the_shops_purchase_answers_included(api, orig
 
 
 class Scripts(HTMLParser):
-    """The text of every script a browser would run in a page (a data block of another type it never runs)."""
+    """The text of every inline script a browser would run in a page (a data block of another type it never runs),
+    and the address of every script it loads."""
 
     def __init__(self, html):
         super().__init__(convert_charrefs=False)
-        self.run, self._open = [], None
+        self.run, self.loaded, self._open = [], [], None
         self.feed(html)
 
     def handle_starttag(self, tag, attrs):
-        if tag == "script" and dict(attrs).get("type") in (None, "text/javascript", "module"):
-            self._open = []
+        named = dict(attrs)
+        if tag == "script" and named.get("type") in (None, "text/javascript", "module"):
+            if "src" in named:
+                self.loaded.append(named["src"])
+            else:
+                self._open = []
 
     def handle_data(self, data):
         if self._open is not None:
@@ -166,8 +171,11 @@ def test_pages_allow_exactly_their_own_scripts_and_no_framing(api, path):
     assert answer.headers["X-Content-Type-Options"] == "nosniff"
     assert answer.headers["Referrer-Policy"] == "no-referrer"
     policy = directives(answer.headers["Content-Security-Policy"])
-    scripts = Scripts(answer.body.decode()).run
-    assert scripts and sorted(policy["script-src"]) == sorted(sha256(script) for script in scripts)
+    scripts = Scripts(answer.body.decode())
+    # Its own origin's only for a page that loads a script from it: the waiting room, the client library.
+    own = ["'self'"] if scripts.loaded else []
+    assert scripts.run and sorted(policy["script-src"]) == sorted([sha256(s) for s in scripts.run] + own)
+    assert scripts.loaded == (["../virtual-queue.min.js"] if path != "/console" else [])
     assert policy["default-src"] == ["'none'"] and policy["frame-ancestors"] == ["'none'"]
     assert policy["base-uri"] == ["'none'"] and policy["connect-src"] == ["'self'"]
 
@@ -216,6 +224,13 @@ def test_a_template_fills_text_escaped_and_trusted_values_as_they_are(static):
     assert directives(filled.content_security_policy)["script-src"] == ["'none'"]  # it runs no script
 
 
+def test_a_template_loading_a_script_of_its_own_origin_allows_self_and_no_cdn(static):
+    (static / "t.html").write_text('<script src="../lib.js"></script><script>\n__SCRIPT__</script>')
+    (static / "t.js").write_text("lib();\n")
+    filled = page.Template("t.html", {"SCRIPT": "t.js"}).fill({}, {})
+    assert sorted(directives(filled.content_security_policy)["script-src"]) == sorted(["'self'", sha256("\nlib();\n")])
+
+
 def test_a_template_includes_its_script_once_and_the_policy_allows_that_script(static):
     (static / "t.html").write_text("<script>\n__SCRIPT__</script><h1>{{a}}</h1>")
     (static / "t.js").write_text('const x = "{{a}} __SCRIPT__";\n')  # an include is never filled
@@ -230,6 +245,9 @@ def test_a_template_includes_its_script_once_and_the_policy_allows_that_script(s
         ("<script>const name = '{{name}}';</script>", "placeholder inside a script"),
         ("<script>const config = __CONFIG__;</script>", "placeholder inside a script"),
         ('<script src="https://cdn.example/x.js"></script>', "script src"),
+        ('<script src="//cdn.example/x.js"></script>', "script src"),
+        ('<script src="javascript:alert(1)"></script>', "script src"),
+        ('<script src="__LIBRARY__"></script>', "script src"),
         ('<button onclick="buy()">Buy</button>', "inline handler"),
     ],
 )

@@ -150,7 +150,8 @@ def test_the_runnable_build_differs_only_in_its_libraries_architecture(package, 
 
 @pytest.mark.slow
 def test_package_holds_the_pages_and_not_the_operator_cli(package):
-    for page in ("waiting-room.html", "waiting-room.js", "console.html", "console.js"):
+    # The waiting room's client library too: the committed bundle (clients/js/test/bundle.test.mjs: a fresh build).
+    for page in ("waiting-room.html", "waiting-room.js", "virtual-queue.min.js", "console.html", "console.js"):
         path = f"chalicelib/static/{page}"
         assert zipfile.ZipFile(package).read(path) == (ROOT / path).read_bytes()
     # vq (infra/vq/) is the operator's tool: the functions neither import nor ship it.

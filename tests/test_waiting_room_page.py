@@ -19,8 +19,8 @@ def config_of(html):
 @pytest.mark.parametrize(
     "path, purchase",
     [
-        ("/waiting-room/limited-drop/42", "../../limited-drops/42/orders"),
-        ("/waiting-room/ticketing-event/9", "../../events/9/seats/select"),
+        ("/waiting-room/limited-drop/42", "/limited-drops/42/orders"),
+        ("/waiting-room/ticketing-event/9", "/events/9/seats/select"),
     ],
 )
 def test_page_is_html_that_calls_this_lines_routes_relative_to_itself(api, path, purchase):
@@ -34,8 +34,8 @@ def test_page_is_html_that_calls_this_lines_routes_relative_to_itself(api, path,
     queue_type, target_id = path.split("/")[2:]
     assert config["queueType"] == queue_type and config["targetId"] == target_id
     # Relative, so they resolve the same below an API Gateway stage prefix (/api/waiting-room/...).
-    assert config["entries"] == f"../../virtual-queues/{queue_type}/{target_id}/entries"
-    assert config["purchase"] == purchase
+    assert config["base"] == "../../"  # the library's baseUrl: it calls virtual-queues/{type}/{id}/entries there
+    assert config["purchasePath"] == purchase
     assert config["serviceWorker"] == "../../waiting-room/service-worker.js"
     # The icon is inline: no /favicon.ico request, which API Gateway would answer 403.
     assert '<link rel="icon" href="data:image/svg+xml,' in html
@@ -158,6 +158,17 @@ def test_service_worker_is_served_as_script_from_the_folder_it_covers(api):
     answer = api.http.get("/waiting-room/service-worker.js")
     assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/javascript")
     assert b'addEventListener("fetch"' in answer.body
+
+
+def test_the_client_library_is_served_as_script_beside_the_service_worker(api):
+    """The page loads it as ../virtual-queue.min.js (tests/test_edge.py): /waiting-room/, under the edge's page
+    behaviour and the service worker's scope. The copy served is the committed bundle, which the test-js step keeps
+    equal to a fresh `npm run bundle` (clients/js/test/bundle.test.mjs)."""
+    answer = api.http.get(page.LIBRARY_PATH)
+    assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/javascript")
+    assert answer.headers["X-Content-Type-Options"] == "nosniff" and answer.headers["Cache-Control"] == "no-cache"
+    assert answer.body == (page.STATIC / "virtual-queue.min.js").read_bytes()
+    assert answer.body.startswith(b'"use strict";var VirtualQueue=')
 
 
 def test_console_page_reads_the_operator_routes_relative_to_itself_and_knows_the_target_types(api):

@@ -1,5 +1,6 @@
-// The library as one minified script for the waiting-room page (inlined by chalicelib/page.py, no CDN): an IIFE
-// that sets `VirtualQueue` (WaitingLine, QueueError, ...). Prints its size, minified and gzipped.
+// The library as one minified script for the waiting-room page, which chalicelib/page.py serves from a copy committed
+// in chalicelib/static/ (test/bundle.test.mjs keeps the two equal; no CDN): an IIFE that sets `VirtualQueue`
+// (WaitingLine, QueueError, ...). Prints its size, minified and gzipped.
 import { build } from "esbuild";
 import { readFileSync } from "node:fs";
 import { gzipSync } from "node:zlib";
