@@ -38,9 +38,8 @@ simulate: $(VENV)/.installed
 ## Run the test suite against a real Redis (REDIS_URL, else an embedded Valkey), then the reliability steps:
 ## Redis faults against servers the tests kill and restart, the store's tests on a 3-node Valkey cluster, and over
 ## TLS; then the JavaScript client's tests; then every benchmark with tiny sizes, so that one that no longer runs
-## fails the build. Every step runs
-## whatever an earlier one did; a line per step and one of what was skipped, and why, close the run, whose exit
-## status is 1 if any step failed (tests/support/steps.py).
+## fails the build. Every step runs whatever an earlier one did; a line per step and one of what was skipped, and
+## why, close the run, whose exit status is 1 if any step failed (tests/support/steps.py).
 TEST_STEPS := test-main test-faults test-cluster test-tls test-js bench-quick
 test: $(VENV)/.installed
 	@$(BIN)/python tests/support/steps.py --make "$(MAKE)" $(TEST_STEPS)
