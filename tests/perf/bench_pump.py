@@ -59,7 +59,7 @@ from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
 from chalicelib.scripts import load_script  # noqa: E402
-from chalicelib.store import Defaults, QueueStore  # noqa: E402
+from chalicelib.store import PASS_WINDOW_MS, Defaults, QueueStore  # noqa: E402
 from chalicelib.target_config import TargetConfig  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib.tokens import GrantTerms, TokenSigner  # noqa: E402
@@ -539,7 +539,8 @@ def opening(url: str, users: int = benchlib.scaled(1_000_000, 2_000)) -> dict:
             keys, args = enter.order(
                 waiting=k.waiting, heartbeat=k.heartbeat, seq=k.seq, mark=k.mark, token=k.token(str(user)),
                 registered=k.registered, stats=k.stats, config=k.config, prequeue=k.prequeue, draw=k.draw,
-                active=k.active, budget=k.budget, events=k.events, pace=k.pace, user_id=str(user), now_ms=now,
+                active=k.active, budget=k.budget, events=k.events, pace=k.pace, passed=k.passed, user_id=str(user),
+                now_ms=now, pass_window_ms=PASS_WINDOW_MS,
                 default_max_waiting=defaults.max_waiting, idle_ttl_ms=defaults.idle_ttl_ms,
                 entry_key=terms.entry_key, grant_expires_s=terms.expires_at, grant_ttl_ms=300_000,
                 grant_expires_ms=terms.expires_at * 1000, registration_refresh_ms=60_000,
