@@ -85,6 +85,7 @@ _SETTING_READERS = {
     "safety_net": "enter.lua admit.lua",
     "slo_p95_ms": "admit.lua adjust_rate.lua",
     "slo_error_rate": "admit.lua adjust_rate.lua",
+    "shards": "",
 }
 SETTINGS: tuple[Field, ...] = tuple(
     _f(

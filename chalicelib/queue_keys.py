@@ -1,10 +1,13 @@
 """Key names of the queue's state, the only code that builds them (what each key holds: chalicelib/data_model.py).
 Every key of one target shares the hash tag `{type:id}`, so each script runs in one cluster slot; the few keys
-outside the targets' slots are the prefix's own."""
+outside the targets' slots are the prefix's own. A target whose line spans N sub-lines (its `shards` setting,
+docs/sharding.md) keeps sub-line 0 under `{type:id}`, so a 1-shard target's keys never move, and sub-line i > 0
+under `{type:id#i}`: each sub-line is a whole set of the keys below, in a slot of its own."""
 
 from __future__ import annotations
 
 import re
+import zlib
 
 from chalicelib.targets import Target
 
@@ -12,8 +15,8 @@ from chalicelib.targets import Target
 class QueueKeys:
     """Key names of one target's queue state."""
 
-    def __init__(self, prefix: str, target: Target) -> None:
-        self.base = f"{prefix}:{{{target}}}"
+    def __init__(self, prefix: str, target: Target, shard: int = 0) -> None:
+        self.base = f"{prefix}:{{{target}#{shard}}}" if shard else f"{prefix}:{{{target}}}"
         self.waiting = f"{self.base}:waiting"
         self.heartbeat = f"{self.base}:heartbeat"
         self.seq = f"{self.base}:seq"
@@ -46,6 +49,12 @@ class QueueKeys:
 
     def consumed(self, token_id: str) -> str:
         return f"{self.base}:consumed:{token_id}"
+
+
+def shard_of(user_id: str, shards: int) -> int:
+    """The sub-line a user belongs to in a line of `shards` sub-lines: stable for the user, spread evenly over users,
+    so entering again, polling, leaving and buying reach the one node that holds the user's place."""
+    return zlib.crc32(user_id.encode()) % shards if shards > 1 else 0
 
 
 class GlobalKeys:

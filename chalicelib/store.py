@@ -113,9 +113,7 @@ class QueueStore:
         self.global_keys = GlobalKeys(prefix)
         # A target's key names, built once rather than on every call (a poll would build 18 names to send 10).
         # Bounded: a request can name any target id.
-        self.keys: Callable[[Target], QueueKeys] = functools.lru_cache(maxsize=4096)(
-            functools.partial(QueueKeys, prefix)
-        )
+        self.keys: Callable[..., QueueKeys] = functools.lru_cache(maxsize=4096)(functools.partial(QueueKeys, prefix))
         self._enter = load_script(client, "enter")
         self._status = load_script(client, "status")
         self._leave = load_script(client, "leave")

@@ -28,12 +28,15 @@ from typing import Any
 from chalicelib.errors import InvalidArgument
 
 MAX_BODY_BYTES = 4096
+# Most sub-lines one target's line may span (docs/sharding.md).
+MAX_SHARDS = 64
 # API name -> (Redis field, lowest, highest) for the integer fields.
 _LIMITS = {
     "batch": ("batch", 1, 100_000),
     "tickMs": ("tick_ms", 100, 60_000),
     "maxWaiting": ("max_waiting", 1, 10_000_000),
     "maxActive": ("max_active", 1, 10_000_000),
+    "shards": ("shards", 1, MAX_SHARDS),
 }
 _TIMES = {"opensAt": "opens_at_ms", "closesAt": "closes_at_ms"}
 # API name -> (Redis field, longest) for the display texts the page shows.
@@ -73,6 +76,12 @@ class TargetConfig:
     safety_net: bool = False  # while nobody waits, enter admits at once within the rate (docs/safety-net.md)
     slo_p95_ms: int | None = None  # originSlo
     slo_error_rate: float | None = None
+    shards: int | None = None  # sub-lines the line spans, each on its own hash tag (docs/sharding.md); None: 1
+
+    @property
+    def shard_count(self) -> int:
+        """How many sub-lines the line spans."""
+        return self.shards or 1
 
     @property
     def follows_origin(self) -> bool:
@@ -258,6 +267,9 @@ def config_of(body: dict) -> TargetConfig:
     config = TargetConfig(**values)
     if config.opens_at_ms is not None and config.closes_at_ms is not None and config.closes_at_ms <= config.opens_at_ms:
         raise InvalidArgument("closesAt must be after opensAt")
+    if config.shard_count > 1 and config.safety_net:
+        # A newcomer's sub-line cannot see whether anyone waits in the others (docs/sharding.md).
+        raise InvalidArgument("safetyNet needs shards 1: a sharded line has no single front to pass through")
     return config
 
 
