@@ -5,6 +5,7 @@ against what the rate allows, and the line's length over time."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from pathlib import Path
 
@@ -42,17 +43,25 @@ def entry(
     waiting: list[int],
     cost_usd: float,
     phases: list[tuple[float, float]] | None = None,
+    covered: dict[int, int] | None = None,
 ) -> dict:
     """The figures, from the users as they ended, the published admissions, the line's length each second and the
-    sale's cost; with the arrivals' `phases` (rate, seconds), also per phase."""
+    sale's cost; with the arrivals' `phases` (rate, seconds), also per phase. `covered` gives, per applied tick
+    number, the ticks it covered: a late pump's tick makes up for the ticks it missed (admit.lua's catch-up), so
+    its admissions count against those ticks, spread evenly, as the rate owed them."""
     seen = [u for u in users if u.admitted_at is not None and u.entered_at is not None]
     passed = [u for u in seen if u.passed]
     queued = [u for u in seen if not u.passed]
     per_tick: dict[int, int] = {}
     for at, _ in made:
         per_tick[at // tick_ms] = per_tick.get(at // tick_ms, 0) + 1
-    ticks = range(min(per_tick, default=0), max(per_tick, default=-1) + 1)
-    counts = [per_tick.get(t, 0) for t in ticks]
+    owed: dict[int, float] = {}
+    for tick, count in per_tick.items():
+        spread = max(1, (covered or {}).get(tick, 1))
+        for t in range(tick - spread + 1, tick + 1):
+            owed[t] = owed.get(t, 0) + count / spread
+    ticks = range(min(owed, default=0), max(owed, default=-1) + 1)
+    counts = [owed.get(t, 0) for t in ticks]
     windows = [sum(counts[i : i + WINDOW_TICKS]) for i in range(max(1, len(counts) - WINDOW_TICKS + 1))]
     return {
         "meaning": "enter to token: when the user saw ADMITTED minus when they sent their enter; admissions per "
@@ -65,9 +74,9 @@ def entry(
         "enter_to_token_s_queued": _spread([u.admitted_at - u.entered_at for u in queued]),
         "batch": batch,
         "tick_ms": tick_ms,
-        "peak_admissions_per_tick": max(counts, default=0),
+        "peak_admissions_per_tick": max(per_tick.values(), default=0),
         "window_ticks": WINDOW_TICKS,
-        "peak_admissions_per_window": max(windows, default=0),
+        "peak_admissions_per_window": math.ceil(max(windows, default=0) - 1e-9),
         "allowed_per_window": batch * WINDOW_TICKS,
         "line_every_s": LINE_EVERY_S,
         "line": waiting[::LINE_EVERY_S],
@@ -116,7 +125,8 @@ def summary_line(figures: dict) -> str:
         f"({figures['share_admitted_at_once']}); enter -> token p50 {every.get('p50')} s, p95 {every.get('p95')} s "
         f"(at once p50 {passed.get('p50')} s; queued p50 {queued.get('p50')} s, p95 {queued.get('p95')} s); "
         f"admissions at most {figures['peak_admissions_per_tick']} a tick (batch {figures['batch']}), "
-        f"{figures['peak_admissions_per_window']} per {figures['window_ticks']} ticks (allowed "
+        f"{figures['peak_admissions_per_window']} per {figures['window_ticks']} ticks, late ticks' counted against the "
+        f"ticks they made up (allowed "
         f"{figures['allowed_per_window']}); line at most {figures['longest_line']}, "
         f"{figures['seconds_with_a_line']} s with a line; ${figures['cost_per_admitted_user_usd']} per admitted user"
     )
