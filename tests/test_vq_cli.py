@@ -51,17 +51,18 @@ def test_the_installed_console_script_runs_the_cli(stack, target_id):
 def test_a_sale_steered_from_open_to_close_changes_only_what_each_command_names(stack, target_id, capsys):
     target = f"limited-drop/{target_id}"
     status, out, _ = vq(
-        stack, "open", target, "--rate", "10/s", "--name", "Air 90", "--max-waiting", "500", capsys=capsys
-    )
+        stack, "open", target, "--rate", "10/s", "--name", "Air 90", "--max-waiting", "500", "--shards", "2",
+        capsys=capsys,
+    )  # fmt: skip
     assert status == 0 and "opened" in out and "10/s (20 every 2000 ms)" in out
     assert vq(stack, "pause", target, capsys=capsys)[0] == 0
-    assert own_config(stack, target_id) == {"batch": 20, "tickMs": 2000, "maxWaiting": 500, "paused": True,
-                                            "displayName": "Air 90"}  # fmt: skip
+    assert own_config(stack, target_id) == {"batch": 20, "tickMs": 2000, "maxWaiting": 500, "shards": 2,
+                                            "paused": True, "displayName": "Air 90"}  # fmt: skip
     assert vq(stack, "resume", target, capsys=capsys)[0] == 0
     assert "paused" not in own_config(stack, target_id)
     status, out, _ = vq(stack, "set", target, "rate=3000/min", "originSlo.p95Ms=800", "displayName=null", capsys=capsys)
     assert status == 0
-    assert own_config(stack, target_id) == {"batch": 100, "tickMs": 2000, "maxWaiting": 500,
+    assert own_config(stack, target_id) == {"batch": 100, "tickMs": 2000, "maxWaiting": 500, "shards": 2,
                                             "originSlo": {"p95Ms": 800}}  # fmt: skip
     assert vq(stack, "sold-out", target, capsys=capsys)[0] == 0
     assert own_config(stack, target_id)["soldOut"] is True

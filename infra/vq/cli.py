@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--tick-ms", type=int, help="tick length (ms)")
     sub.add_argument("--max-waiting", type=int, help="most users in line; more get 429 QUEUE_FULL")
     sub.add_argument("--max-active", type=int, help="most admitted users holding an unused token at once")
+    sub.add_argument("--shards", type=int, help="sub-lines the line spans, for the busiest openings (docs/sharding.md)")
     sub.add_argument("--name", help="the product's name on the waiting-room page")
     sub.add_argument("--image", metavar="URL", help="the product's picture on the page (https)")
     sub.add_argument("--slo-p95-ms", type=int, help="follow the shop: cut the rate while its p95 is over this")
@@ -152,6 +153,7 @@ def _open(api: OperatorApi, args: argparse.Namespace) -> None:
         ("closesAt", args.closes),
         ("maxWaiting", args.max_waiting),
         ("maxActive", args.max_active),
+        ("shards", args.shards),
         ("displayName", args.name),
         ("imageUrl", args.image),
     ):
