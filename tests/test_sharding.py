@@ -8,15 +8,17 @@ from collections import Counter
 
 import pytest
 
-from chalicelib import opening, runtime
+from chalicelib import opening, runtime, shop_health
 from chalicelib.answers import Waiting
 from chalicelib.config import load_settings
-from chalicelib.errors import EntryTokenUsed, ShardsInUse
+from chalicelib.errors import EntryTokenUsed, QueueSoldOut, ShardsInUse
+from chalicelib.events import read_event
 from chalicelib.purchase import PurchaseGate
 from chalicelib.queue_keys import shard_of
 from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
+from chalicelib.tokens import TokenSigner
 from tests.test_cluster import purchase
 
 DROP = Target("limited-drop", 77)
@@ -226,3 +228,42 @@ def test_ahead_scaled_to_the_whole_line_is_as_accurate_as_docs_sharding_md_says(
     assert 0.2 < rms < 2
     # The rate is scaled alike: with no measured rate, a sub-line's share of the configured one, N times over.
     assert place.rate == pytest.approx(settings.batch_size * 1000 / settings.tick_ms)
+
+
+def test_the_flag_mark_and_a_shop_s_sold_out_reach_every_sub_line(room, store):
+    sharded(room)
+    assert store.publish_flag("v-sharded", {}) == 1  # one target, however many sub-lines
+    assert [store.client.hget(store.keys(DROP, s).config, "flag_version") for s in range(3)] == ["v-sharded"] * 3
+
+    user = next(u for u in USERS if shard_of(u, 3) == 2)
+    ticket = room.enter(DROP, user).queue_ticket
+    admit(store, user)
+    token = room.status(DROP, user, ticket).entry_token
+    assert store.consume(token, "c1", int(time.time() * 1000)) == "FIRST"
+    noted = store.observe_purchase(DROP, shop_health.Purchase(0, 5, True), False, True, token=token, status=409)
+    assert noted == 2
+    assert [store.client.hget(store.keys(DROP, s).config, "sold_out") for s in range(3)] == ["1"] * 3
+    with pytest.raises(QueueSoldOut):
+        room.enter(DROP, next(u for u in USERS if shard_of(u, 3) == 0))
+
+
+def test_every_sub_line_s_outbox_is_published_and_the_events_name_the_target(client, prefix):
+    store = QueueStore(client, prefix, outbox_cap=100)
+    now_ms = int(time.time() * 1000)
+    store.configure(DROP, TargetConfig(shards=3), now_ms, fresh_seed=opening.new_seed())
+    leaving = {shard: next(u for u in USERS if shard_of(u, 3) == shard) for shard in range(3)}
+    signer_terms = TokenSigner(load_settings().keyring).grant_terms(DROP, "x", time.time(), 60)
+    defaults = runtime.waiting_room().defaults
+    for user in leaving.values():
+        place = store.enter(DROP, user, now_ms, signer_terms, defaults)
+        assert store.leave(DROP, user, place.seq, now_ms, defaults.idle_ttl_ms, defaults.tick_ms) is True
+
+    entries, dropped = QueueStore(client, prefix).pending_events([DROP], 100)[DROP]
+    kinds = Counter(fields["type"] for _, fields in entries)
+    assert kinds == {"TargetConfigChanged": 1, "UserLeft": 3} and dropped == 0
+    ids = [entry_id for entry_id, _ in entries]
+    assert {entry_id.partition("#")[2] for entry_id in ids} == {"", "1", "2"}
+    assert [read_event(DROP, entry_id, dict(fields)).target for entry_id, fields in entries] == [DROP] * 4
+
+    QueueStore(client, prefix).events_published({DROP: ids}, {DROP: 0})
+    assert [client.xlen(store.keys(DROP, s).events) for s in range(3)] == [0, 0, 0]
