@@ -2,6 +2,7 @@
 their own sub-line, a stale count of sub-lines never makes a second place, the configuration reaches every sub-line
 with one seed and one pre-queue block, and what users and operators are told covers the whole line."""
 
+import json
 import math
 import time
 from collections import Counter
@@ -267,3 +268,20 @@ def test_every_sub_line_s_outbox_is_published_and_the_events_name_the_target(cli
 
     QueueStore(client, prefix).events_published({DROP: ids}, {DROP: 0})
     assert [client.xlen(store.keys(DROP, s).events) for s in range(3)] == [0, 0, 0]
+
+
+def test_a_patch_of_shards_under_a_waiting_user_is_a_409_json_error_and_writes_nothing(api):
+    config = "/virtual-queues/limited-drop/77/config"
+    headers = {"Content-Type": "application/json"}
+    assert api.http.put(config, headers=headers, body=json.dumps({"shards": 3, "batch": 4})).status_code == 200
+    entered = api.http.post("/virtual-queues/limited-drop/77/entries", headers={"X-User-Id": "7"})
+    assert json.loads(entered.body)["status"] == "WAITING"
+    before = api.http.get(config)
+    answer = api.http.patch(config, headers=headers, body=json.dumps({"shards": 2, "batch": 9}))
+    assert answer.status_code == 409
+    assert json.loads(answer.body)["code"] == "SHARDS_IN_USE"
+    after = api.http.get(config)
+    assert after.headers["ETag"] == before.headers["ETag"] and json.loads(after.body)["config"] == {
+        "shards": 3,
+        "batch": 4,
+    }
