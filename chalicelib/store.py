@@ -166,7 +166,7 @@ class QueueStore:
         shards = self.shard_count(target)
         reply = self._enter_on(target, shards, user_id, now_ms, terms, defaults, decision, invited)
         if reply.tag == "SHARDS":
-            shards = self._learnt(target, reply.shards)
+            shards = self._relearnt(target, reply.shards, shard_of(user_id, shards))
             reply = self._enter_on(target, shards, user_id, now_ms, terms, defaults, decision, invited)
             if reply.tag == "SHARDS":
                 raise _resized(target)
@@ -244,7 +244,7 @@ class QueueStore:
         shards = self.shard_count(target)
         reply = self._status_on(target, shards, user_id, now_ms, grant, ticket, defaults, decision)
         if reply.tag == "SHARDS":
-            shards = self._learnt(target, reply.shards)
+            shards = self._relearnt(target, reply.shards, shard_of(user_id, shards))
             reply = self._status_on(target, shards, user_id, now_ms, grant, ticket, defaults, decision)
             if reply.tag == "SHARDS":
                 raise _resized(target)
@@ -801,6 +801,12 @@ class QueueStore:
         if len(self._shards) > MAX_SHARD_COUNTS:
             del self._shards[next(iter(self._shards))]
         return count
+
+    def _relearnt(self, target: Target, told: str, shard: int) -> int:
+        """Learn `target`'s count of sub-lines from sub-line `shard`'s refusal, which `told` it: a sub-line of the
+        line holds the current count, one a shrink gave up (past the count it holds) the count of that shrink,
+        which a later resize may have changed: then sub-line 0's config tells."""
+        return self._learnt(target, told) if shard < int(told) else self._reread(target)
 
     def _reread(self, target: Target) -> int:
         """Learn `target`'s count of sub-lines from sub-line 0's config (absent: 1), for a script whose refusal

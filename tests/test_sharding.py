@@ -285,3 +285,20 @@ def test_a_patch_of_shards_under_a_waiting_user_is_a_409_json_error_and_writes_n
         "shards": 3,
         "batch": 4,
     }
+
+
+def test_a_count_learnt_before_several_resizes_still_routes_to_the_user_s_sub_line(room, client, prefix):
+    sharded(room, shards=5)
+    believing_five = QueueStore(client, prefix)
+    kept, room.store = room.store, believing_five
+    room.leave(DROP, "warm-up", room.enter(DROP, "warm-up").queue_ticket)
+    room.store = kept
+    sharded(room, shards=2)
+    sharded(room, shards=3)
+    # Sub-line 4, given up by the shrink to 2, still says 2; the line has 3.
+    assert client.hgetall(kept.keys(DROP, 4).config) == {"shards": "2"}
+    user = next(u for u in USERS if shard_of(u, 5) == 4 and shard_of(u, 2) != shard_of(u, 3))
+    room.store = believing_five
+    entry = room.enter(DROP, user)
+    assert entry.status == "WAITING" and believing_five.shard_count(DROP) == 3
+    assert places(believing_five, user, shards=5) == {shard_of(user, 3): entry.seq}
