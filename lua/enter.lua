@@ -296,7 +296,7 @@ end
 ahead = ahead or redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
 -- A sub-line's rate is its share of the line's (chalicelib/answers.py scales what it answers to the whole line).
 local rate = redis.call('HGET', pace, 'rate') or tostring(tonumber(config_values[1] or default_batch) * 1000
-  / tonumber(config_values[2] or default_tick_ms) / tonumber(shards))
+  / tonumber(config_values[2] or default_tick_ms) / (shards == '1' and 1 or tonumber(shards)))
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
 local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'eta_left', 'evicted',
   'waiting_user_ms'))

@@ -197,7 +197,8 @@ redis.call('ZADD', heartbeat, now_ms, user_id)
 local ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
 -- A sub-line's rate is its share of the line's (chalicelib/answers.py scales what it answers to the whole line).
 local rate = redis.call('HGET', pace, 'rate')
-  or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms) / tonumber(shards))
+  or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms)
+    / (shards == '1' and 1 or tonumber(shards)))
 -- Until the opening has made the pre-queue the line, a place in line does not tell how many stand ahead of it.
 local drawn = (opens_at and not opened()) and '-1' or '0'
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
