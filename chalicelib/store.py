@@ -461,6 +461,10 @@ class QueueStore:
         rates = [float(reply.rate) for reply in replies if reply.rate]
         ticks = [int(reply.last_tick_ms) for reply in replies if reply.last_tick_ms]
         purchases = [p for reply in replies for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None]
+        draw = _pairs(first.draw)
+        if "placed" in draw:
+            # The opening placed each sub-line's pre-queue on its sub-line: the line's are all of them.
+            draw["placed"] = str(sum(int(_pairs(reply.draw).get("placed", 0)) for reply in replies))
         return QueueFigures(
             waiting=sum(reply.waiting for reply in replies),
             pre_queued=sum(reply.pre_queued for reply in replies),
@@ -473,7 +477,7 @@ class QueueStore:
             # Each sub-line measures its own admissions: the line's rate is their sum.
             measured_rate=sum(rates) if rates else None,
             config=TargetConfig.from_redis(config),
-            draw=_pairs(first.draw),
+            draw=draw,
             commitment=config.get(DRAW_COMMITMENT),
             known=KNOWN_SINCE in config,
             sold_out_released=counters.get("sold_out_released", 0),

@@ -302,3 +302,23 @@ def test_a_count_learnt_before_several_resizes_still_routes_to_the_user_s_sub_li
     entry = room.enter(DROP, user)
     assert entry.status == "WAITING" and believing_five.shard_count(DROP) == 3
     assert places(believing_five, user, shards=5) == {shard_of(user, 3): entry.seq}
+
+
+def test_the_opening_draw_in_the_stats_counts_the_places_of_every_sub_line(room):
+    sharded(room)
+    # As the opening leaves each sub-line's record (lua/admit.lua): one seed and block, each its own places.
+    for shard, placed in enumerate((4, 5, 6)):
+        room.store.client.hset(
+            room.store.keys(DROP, shard).draw,
+            mapping={
+                "state": "done",
+                "seed": "s",
+                "commitment": "c",
+                "first": 10,
+                "last": 20,
+                "placed": placed,
+                "drawn_at_ms": 1_796_000_000_000,
+            },
+        )
+    drawn = room.stats(DROP)["openingDraw"]
+    assert drawn["placed"] == 15 and (drawn["firstSeq"], drawn["lastSeq"]) == (10, 20)
