@@ -220,6 +220,22 @@ def _admitted(held: str, issued_now: bool, queued: bool = True) -> Admitted:
     return Admitted(grant=grant, issued_now=issued_now, entry=int(entry) if entry.isdigit() else 0, queued=queued)
 
 
-def place_of(reply: Any) -> Place:
-    """What enter.lua or status.lua answered (read by name: `Script.read`), as a place."""
-    return _PLACES[reply.tag](reply)
+def place_of(reply: Any, shards: int = 1) -> Place:
+    """What enter.lua or status.lua answered (read by name: `Script.read`) on a sub-line of a line of `shards`,
+    as a place in the whole line."""
+    place = _PLACES[reply.tag](reply)
+    if shards > 1 and isinstance(place, Waiting):
+        _whole_line(place, shards)
+    return place
+
+
+def _whole_line(place: Waiting, shards: int) -> None:
+    """Scale a sub-line's count ahead and rate to the whole line's (docs/sharding.md: how accurate).
+
+    Users spread over the sub-lines at random (crc32 of their ids), so of the A users ahead in the whole line each
+    stands on this sub-line with chance 1/N: N times the count here is A on average, off by sqrt(A(N-1)) (one
+    standard deviation). A sub-line admits its share of the line's rate, so N times its rate is the line's, and the
+    time to one's turn, the count over the rate, is the sub-line's own.
+    """
+    place.ahead *= shards
+    place.rate *= shards

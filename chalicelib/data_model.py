@@ -85,13 +85,13 @@ _SETTING_READERS = {
     "safety_net": "enter.lua admit.lua",
     "slo_p95_ms": "admit.lua adjust_rate.lua",
     "slo_error_rate": "admit.lua adjust_rate.lua",
-    "shards": "",
+    "shards": "enter.lua status.lua leave.lua consume.lua store.py",
 }
 SETTINGS: tuple[Field, ...] = tuple(
     _f(
         name,
         "the operator's setting (docs/api.md: the configuration)",
-        "configure.lua" + (" observe_purchase.lua" if name == "sold_out" else ""),
+        "configure.lua" + {"sold_out": " observe_purchase.lua store.py", "shards": " store.py"}.get(name, ""),
         readers + " target_config.py",
     )
     for name, readers in _SETTING_READERS.items()
@@ -388,6 +388,12 @@ TARGET_KEYS: tuple[Key, ...] = (
                 "...and its SHA-256, published",
                 "configure.lua admit.lua",
                 "configure.lua enter.lua admit.lua store.py",
+            ),
+            _f(
+                "draw_block",
+                "a sharded line's pre-queue block of seqs, 'first last', the same on every sub-line (docs/sharding.md)",
+                "configure.lua",
+                "configure.lua enter.lua store.py",
             ),
         ),
     ),

@@ -176,6 +176,14 @@ def chalice_refusal(body: object) -> QueueError | None:
     return None if error is None else error(str(body.get("Message", "")))
 
 
+class ShardsInUse(QueueError):
+    """A write changes the target's count of sub-lines while someone waits, is pre-queued or holds a live entry
+    token: a user's sub-line follows from the count, so their place or token would be stranded (docs/sharding.md)."""
+
+    status = 409
+    code = "SHARDS_IN_USE"
+
+
 class ConfigChanged(QueueError):
     """An operator's write expected another version of the target's configuration (If-Match, If-None-Match), or
     (409) others kept changing it while a PATCH was merged. Nothing was written; `ETag` names the version now."""

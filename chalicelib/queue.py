@@ -39,6 +39,7 @@ from chalicelib.errors import (
     QueueInviteOnly,
     QueueSoldOut,
     QueueUnavailable,
+    ShardsInUse,
     UnknownTarget,
 )
 from chalicelib.flags import Decision, QueueSwitch
@@ -377,6 +378,11 @@ class WaitingRoom:
             raise ConfigChanged("the target is already open: change its settings with PATCH", etag)
         if outcome == "CHANGED":
             raise ConfigChanged("the configuration changed since you read it: read it again (GET .../config)", etag)
+        if outcome == "IN_USE":
+            raise ShardsInUse(
+                "shards changes only while nobody waits, nobody is pre-queued and no entry token is live: "
+                "let the line empty (or sell out and let the tokens expire) first"
+            )
         logger.info("target configured", extra={"target": str(target), "config": config.to_body()})
         return ConfigAnswer(self._config_body(config), etag or "")
 

@@ -67,11 +67,16 @@ class GlobalKeys:
         self.open = f"{prefix}:open"
         self.pump_lock = f"{prefix}:pump-lock"
         self.flag = f"{prefix}:flag"
-        # Every target's `config`, to SCAN for; the glob also matches a user's key whose id ends in ":config", so
-        # a match counts only if it is a target's (`is_config`).
+        # Every target's `config` (each sub-line's), to SCAN for; the glob also matches a user's key whose id ends
+        # in ":config", so a match counts only if it is a target's (`is_config`).
         self.configs = f"{prefix}:{{*}}:config"
-        self._config = re.compile(re.escape(prefix) + r":\{[a-z-]+:[0-9]+\}:config")
+        self._config = re.compile(re.escape(prefix) + r":\{[a-z-]+:[0-9]+(#[0-9]+)?\}:config")
+        self._first_config = re.compile(re.escape(prefix) + r":\{[a-z-]+:[0-9]+\}:config")
 
     def is_config(self, key: str) -> bool:
-        """Whether `key`, found by `configs`, is a target's `config`."""
+        """Whether `key`, found by `configs`, is a target's `config` (of any of its sub-lines)."""
         return self._config.fullmatch(key) is not None
+
+    def is_first_config(self, key: str) -> bool:
+        """Whether `key` is a target's sub-line 0's `config`: one per target."""
+        return self._first_config.fullmatch(key) is not None

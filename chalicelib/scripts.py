@@ -93,7 +93,7 @@ CONTRACTS: dict[str, Contract] = {
               "active", "budget", "events", "pace", "passed"),
         args=("user_id", "now_ms", "default_max_waiting", "idle_ttl_ms", "entry_key", "grant_expires_s",
               "grant_ttl_ms", "grant_expires_ms", "registration_refresh_ms", "default_batch", "default_tick_ms",
-              "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS, "pass_window_ms"),
+              "open_on_first_use", "invited", *OUTBOX_ARGS, *SWITCH_ARGS, "pass_window_ms", "shards"),
         reporting=True,
         budgeted=True,
         replies={
@@ -102,12 +102,12 @@ CONTRACTS: dict[str, Contract] = {
             "WAITING": ("seq", "ahead", "rate", "paused", "created", "register", *DEPARTURES),
             "PRE_QUEUE": ("arrival", "opens_at_ms", "created", "register"),
             "FULL": (), "CLOSED": (), "NOT_INVITED": (), "SOLD_OUT": (), "UNKNOWN_TARGET": (), "OFF": (),
-            "FLAG": ("target_version",),
+            "FLAG": ("target_version",), "SHARDS": ("shards",),
         },
     ),
     "status": Contract(
         keys=("waiting", "heartbeat", "mark", "token", "stats", "pace", "config", "prequeue", "draw", "ended", "fence"),
-        args=("user_id", "now_ms", "default_batch", "default_tick_ms", "ticket_entry", *SWITCH_ARGS),
+        args=("user_id", "now_ms", "default_batch", "default_tick_ms", "ticket_entry", *SWITCH_ARGS, "shards"),
         admitting_keys=("waits", "active"),
         admitting_args=("grant", "grant_ttl_ms", "grant_expires_ms", "wait_ms", "wait_bucket", "told_inside",
                         "told_error_bucket", "idle_ttl_ms"),
@@ -117,19 +117,20 @@ CONTRACTS: dict[str, Contract] = {
             "WAITING": ("seq", "ahead", "rate", "paused", "mark", "batch", "tick_ms", "drawn", *DEPARTURES),
             "PRE_QUEUE": ("arrival", "opens_at_ms"),
             "NOT_IN_QUEUE": (), "OTHER_ENTRY": (), "UNKNOWN_TARGET": (), "SOLD_OUT": (), "OFF": (),
-            "FLAG": ("target_version",),
+            "FLAG": ("target_version",), "SHARDS": ("shards",),
         },
     ),
     "leave": Contract(
         keys=("waiting", "heartbeat", "token", "stats", "prequeue", "active", "revoked", "events", "ended", "mark",
               "config", "departed"),
         args=("user_id", "ticket_entry", "now_ms", "clock_skew_margin_ms", "idle_ttl_ms", *OUTBOX_ARGS,
-              "default_tick_ms", "departure_window_ms"),
+              "default_tick_ms", "departure_window_ms", "shards"),
         reporting=True,
     ),
     "consume": Contract(
         keys=("consumed", "active", "revoked", "config"),
-        args=("consumption_id", "marker_ttl_ms", "user_id", "token_id", "open_on_first_use", "minted", "now_ms"),
+        args=("consumption_id", "marker_ttl_ms", "user_id", "token_id", "open_on_first_use", "minted", "now_ms",
+              "shards"),
     ),
     "restore": Contract(
         keys=("consumed", "active", "events", "stats", "revoked", "config", "waiting", "mark"),
@@ -145,7 +146,7 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "configure": Contract(
         keys=("config", "events", "stats"),
-        args=("now_ms", "expect", *OUTBOX_ARGS, "fresh_seed", "fresh_commitment"),
+        args=("now_ms", "expect", *OUTBOX_ARGS, "fresh_seed", "fresh_commitment", "line_seed", "draw_block"),
         rest="settings",
         reporting=True,
         replies={

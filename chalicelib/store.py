@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,9 +24,17 @@ from chalicelib.answers import OtherEntry, Place, QueueFigures, TargetTick, plac
 from chalicelib.errors import QueueError
 from chalicelib.flags import QUEUED, Decision
 from chalicelib.observability import logger
-from chalicelib.queue_keys import GlobalKeys, QueueKeys
-from chalicelib.redis_connection import REDIS_FAILURES, Breaker, Breakers, RedisClient, guarded, is_cluster
-from chalicelib.scripts import load_script, run_pipelined
+from chalicelib.queue_keys import GlobalKeys, QueueKeys, shard_of
+from chalicelib.redis_connection import (
+    REDIS_FAILURES,
+    Breaker,
+    Breakers,
+    RedisClient,
+    StoreMoving,
+    guarded,
+    is_cluster,
+)
+from chalicelib.scripts import Call, load_script, run_pipelined
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig
 from chalicelib.targets import Target, parse_target
 from chalicelib.tokens import EntryGrant, EntryToken, GrantTerms, QueueTicket
@@ -40,8 +49,16 @@ CLOCK_SKEW_MARGIN_MS = 60_000
 KNOWN_SINCE = "known_since_ms"
 # The opening's committed seed and its commitment, kept in the config hash until the draw (lua/configure.lua).
 DRAW_SEED, DRAW_COMMITMENT = "draw_seed", "draw_commitment"
+# A sharded line's pre-queue block of seqs, 'first last', the same on every sub-line (lua/configure.lua).
+DRAW_BLOCK = "draw_block"
 # Config fields that are not the operator's: a configuration's version leaves them out (lua/configure.lua).
-_NOT_THE_OPERATORS = (KNOWN_SINCE, "flag_version", DRAW_SEED, DRAW_COMMITMENT)
+_NOT_THE_OPERATORS = (KNOWN_SINCE, "flag_version", DRAW_SEED, DRAW_COMMITMENT, DRAW_BLOCK)
+# A sharded line's pre-queue block starts this far above every seq its sub-lines handed out and the clock (us):
+# enters that reach a sub-line while configure writes the others get seqs below it. It spans at least as long
+# (lua/enter.lua's MIN_BLOCK_US).
+BLOCK_MARGIN_US = 1_000_000
+# Targets whose count of sub-lines a container remembers (learnt from the scripts that refused another count).
+MAX_SHARD_COUNTS = 4096
 # The outbox (lua/outbox.lua): how long a stream outlives its last event when nothing publishes it. A
 # registration for the sake of events lasts as long.
 OUTBOX_TTL_MS = 86_400_000
@@ -114,6 +131,10 @@ class QueueStore:
         # A target's key names, built once rather than on every call (a poll would build 18 names to send 10).
         # Bounded: a request can name any target id.
         self.keys: Callable[..., QueueKeys] = functools.lru_cache(maxsize=4096)(functools.partial(QueueKeys, prefix))
+        # Each target's count of sub-lines as this container last learnt it (docs/sharding.md): a request routes by
+        # it without asking, and the script it reaches refuses another count than its sub-line's, which then is
+        # learnt here. Insertion-ordered and bounded: the oldest learnt is forgotten first (and counts as 1 again).
+        self._shards: dict[Target, int] = {}
         self._enter = load_script(client, "enter")
         self._status = load_script(client, "status")
         self._leave = load_script(client, "leave")
@@ -142,7 +163,31 @@ class QueueStore:
         """Put `user_id` in line, or in the pre-queue before opening (same place if already there), or, with the
         target's safety net on and nobody waiting, admit them at once; if this call admits them, their entry token's
         grant is drawn by `terms` from the entry it admits. An invite-only target takes only users `invited` to it."""
-        k = self.keys(target)
+        shards = self.shard_count(target)
+        reply = self._enter_on(target, shards, user_id, now_ms, terms, defaults, decision, invited)
+        if reply.tag == "SHARDS":
+            shards = self._relearnt(target, reply.shards, shard_of(user_id, shards))
+            reply = self._enter_on(target, shards, user_id, now_ms, terms, defaults, decision, invited)
+            if reply.tag == "SHARDS":
+                raise _resized(target)
+        # Only a new place in line asks for it (status.lua's answers have no `register`).
+        if getattr(reply, "register", 0):
+            self._register(target, defaults.idle_ttl_ms)
+        return place_of(reply, shards)
+
+    def _enter_on(
+        self,
+        target: Target,
+        shards: int,
+        user_id: str,
+        now_ms: int,
+        terms: GrantTerms,
+        defaults: Defaults,
+        decision: Decision,
+        invited: bool,
+    ) -> Any:
+        """enter.lua's reply on `user_id`'s sub-line of a line of `shards`."""
+        k = self.keys(target, shard_of(user_id, shards))
         keys, args = self._enter.order(
             waiting=k.waiting,
             heartbeat=k.heartbeat,
@@ -176,12 +221,9 @@ class QueueStore:
             flag_version=decision.flag_version,
             queued=int(decision.queued),
             pass_window_ms=PASS_WINDOW_MS,
+            shards=shards,
         )
-        reply = self._enter.read(self._guarded(self._enter.run, keys, args))
-        # Only a new place in line asks for it (status.lua's answers have no `register`).
-        if getattr(reply, "register", 0):
-            self._register(target, defaults.idle_ttl_ms)
-        return place_of(reply)
+        return self._enter.read(self._guarded(self._enter.run, keys, args))
 
     def status(
         self,
@@ -199,7 +241,28 @@ class QueueStore:
         On admission the wait since the ticket's entry goes into the target's wait-time histogram, and beside it
         how it compares with the estimate the ticket's entry was first told (the ETA's accuracy).
         """
-        k = self.keys(target)
+        shards = self.shard_count(target)
+        reply = self._status_on(target, shards, user_id, now_ms, grant, ticket, defaults, decision)
+        if reply.tag == "SHARDS":
+            shards = self._relearnt(target, reply.shards, shard_of(user_id, shards))
+            reply = self._status_on(target, shards, user_id, now_ms, grant, ticket, defaults, decision)
+            if reply.tag == "SHARDS":
+                raise _resized(target)
+        return place_of(reply, shards)
+
+    def _status_on(
+        self,
+        target: Target,
+        shards: int,
+        user_id: str,
+        now_ms: int,
+        grant: EntryGrant | None,
+        ticket: QueueTicket,
+        defaults: Defaults,
+        decision: Decision,
+    ) -> Any:
+        """status.lua's reply on `user_id`'s sub-line of a line of `shards`."""
+        k = self.keys(target, shard_of(user_id, shards))
         named = {
             "waiting": k.waiting,
             "heartbeat": k.heartbeat,
@@ -219,6 +282,7 @@ class QueueStore:
             "ticket_entry": ticket.seq,
             "flag_version": decision.flag_version,
             "queued": int(decision.queued),
+            "shards": shards,
         }
         if grant is not None:
             wait_ms = max(0, now_ms - ticket.entered_at_ms)
@@ -236,7 +300,7 @@ class QueueStore:
                 idle_ttl_ms=defaults.idle_ttl_ms,
             )
         keys, args = self._status.order(**named)
-        return place_of(self._status.read(self._guarded(self._status.run, keys, args)))
+        return self._status.read(self._guarded(self._status.run, keys, args))
 
     def leave(
         self, target: Target, user_id: str, entry: int, now_ms: int, idle_ttl_ms: int, default_tick_ms: int
@@ -245,7 +309,25 @@ class QueueStore:
         entry token it holds unused; True if it was in line, OtherEntry (and nothing changes) if `entry` is not
         their current entry. The ETA counts the leave as a departure only after a tick in line, once per user in
         DEPARTURE_WINDOW_MS (lua/leave.lua)."""
-        k = self.keys(target)
+        left = self._leave_on(target, self.shard_count(target), user_id, entry, now_ms, idle_ttl_ms, default_tick_ms)
+        if left == -2:
+            left = self._leave_on(target, self._reread(target), user_id, entry, now_ms, idle_ttl_ms, default_tick_ms)
+            if left == -2:
+                raise _resized(target)
+        return OtherEntry() if left == -1 else left == 1
+
+    def _leave_on(
+        self,
+        target: Target,
+        shards: int,
+        user_id: str,
+        entry: int,
+        now_ms: int,
+        idle_ttl_ms: int,
+        default_tick_ms: int,
+    ) -> int:
+        """leave.lua's reply on `user_id`'s sub-line of a line of `shards`."""
+        k = self.keys(target, shard_of(user_id, shards))
         keys, args = self._leave.order(
             waiting=k.waiting,
             heartbeat=k.heartbeat,
@@ -267,9 +349,9 @@ class QueueStore:
             **self.outbox,
             default_tick_ms=default_tick_ms,
             departure_window_ms=DEPARTURE_WINDOW_MS,
+            shards=shards,
         )
-        left = self._guarded(self._leave.run, keys, args)
-        return OtherEntry() if left == -1 else left == 1
+        return self._guarded(self._leave.run, keys, args)
 
     def raise_mark(self, target: Target, seq: int, tick_ms: int, idle_ttl_ms: int) -> bool:
         """Move the admitted mark up to `seq` (never down), and count the ticks of `tick_ms` up to now as applied:
@@ -280,8 +362,21 @@ class QueueStore:
 
     def consume(self, token: EntryToken, consumption_id: str, now_ms: int, open_on_first_use: bool = False) -> str:
         """Use `token` for a purchase: a `Consumption`. The marker lives the token's life and the clock-skew margin.
-        Its target must be known (an operator opened it), unless targets `open_on_first_use`."""
-        k = self.keys(token.target)
+        Its target must be known (an operator opened it), unless targets `open_on_first_use`. On the sub-line of the
+        token's user, where their entry was admitted (the line is not resized while a token is live)."""
+        used = self._consume_on(self.shard_count(token.target), token, consumption_id, now_ms, open_on_first_use)
+        if used == "SHARDS":
+            shards = self._reread(token.target)
+            used = self._consume_on(shards, token, consumption_id, now_ms, open_on_first_use)
+            if used == "SHARDS":
+                raise _resized(token.target)
+        return used
+
+    def _consume_on(
+        self, shards: int, token: EntryToken, consumption_id: str, now_ms: int, open_on_first_use: bool
+    ) -> str:
+        """consume.lua's reply on the token's sub-line of a line of `shards`."""
+        k = self.keys(token.target, shard_of(token.user_id, shards))
         ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
         keys, args = self._consume.order(
             consumed=k.consumed(token.token_id),
@@ -295,6 +390,7 @@ class QueueStore:
             open_on_first_use=int(open_on_first_use),
             minted=token.minted,
             now_ms=now_ms,
+            shards=shards,
         )
         return self._guarded(self._consume.run, keys, args)
 
@@ -309,7 +405,7 @@ class QueueStore:
         return self._settle(token, consumption_id, "unknown")
 
     def _settle(self, token: EntryToken, consumption_id: str, outcome: str) -> bool:
-        k = self.keys(token.target)
+        k = self._token_keys(token)
         keys, args = self._restore.order(
             consumed=k.consumed(token.token_id),
             active=k.active,
@@ -337,15 +433,72 @@ class QueueStore:
             for token, known in used:
                 ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
                 marker = "written-back" if known else "unknown"
-                pipe.set(self.keys(token.target).consumed(token.token_id), marker, nx=True, px=ttl_ms)
+                pipe.set(self._token_keys(token).consumed(token.token_id), marker, nx=True, px=ttl_ms)
             pipe.execute()
 
         self._guarded(send)
 
     def stats(self, target: Target, now_ms: int) -> QueueFigures:
-        """The target's counters, in one round trip."""
-        k = self.keys(target)
-        keys, args = self._stats.order(
+        """The target's counters: one round trip, and one more for a sharded line's other sub-lines, whose figures
+        are summed with sub-line 0's (the configuration, the draw and the shop's health are sub-line 0's)."""
+        first = self._stats.read(self._guarded(self._stats.run, *self._stats_call(target, 0, now_ms)))
+        config = _pairs(first.config)
+        shards = int(config.get("shards") or 1)
+        replies = [first]
+        if shards > 1:
+            calls = [Call(self._stats, *self._stats_call(target, shard, now_ms)) for shard in range(1, shards)]
+            replies += [self._stats.read(reply) for reply in self._guarded(self._fan_out, calls)]
+        health, fence = _pairs(first.health), _pairs(first.fence)
+        # Counters only: a field of another layout (a deploy during a sale) is left out.
+        counters: Counter[str] = Counter()
+        histogram: Counter[int] = Counter()
+        for reply in replies:
+            counters.update(
+                {name: int(value) for name, value in _pairs(reply.stats).items() if value.lstrip("-").isdigit()}
+            )
+            histogram.update({int(b): int(n) for b, n in _pairs(reply.waits).items()})
+        eta_errors = {int(name[10:]): n for name, n in counters.items() if name.startswith("eta_error:")}
+        rates = [float(reply.rate) for reply in replies if reply.rate]
+        ticks = [int(reply.last_tick_ms) for reply in replies if reply.last_tick_ms]
+        purchases = [p for reply in replies for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None]
+        draw = _pairs(first.draw)
+        if "placed" in draw:
+            # The opening placed each sub-line's pre-queue on its sub-line: the line's are all of them.
+            draw["placed"] = str(sum(int(_pairs(reply.draw).get("placed", 0)) for reply in replies))
+        return QueueFigures(
+            waiting=sum(reply.waiting for reply in replies),
+            pre_queued=sum(reply.pre_queued for reply in replies),
+            active=sum(reply.active for reply in replies),
+            admitted=counters.get("admitted", 0),
+            left=counters.get("left", 0),
+            evicted=counters.get("evicted", 0),
+            wait_ms=counters.get("wait_ms", 0),
+            wait_histogram=dict(histogram),
+            # Each sub-line measures its own admissions: the line's rate is their sum.
+            measured_rate=sum(rates) if rates else None,
+            config=TargetConfig.from_redis(config),
+            draw=draw,
+            commitment=config.get(DRAW_COMMITMENT),
+            known=KNOWN_SINCE in config,
+            sold_out_released=counters.get("sold_out_released", 0),
+            orders=counters.get("orders", 0),
+            not_invited=counters.get("not_invited", 0),
+            passed_through=counters.get("passed_through", 0),
+            allowed_batch=float(health["allowed"]) if "allowed" in health else None,
+            purchases=sorted(purchases, key=lambda p: p.sent_ms, reverse=True),
+            last_tick_ms=max(ticks) if ticks else None,
+            restored=counters.get("restored", 0),
+            fences=counters.get("fences", 0),
+            lost_seqs=(int(fence["lost_from"]), int(fence["lost_to"])) if "lost_to" in fence else None,
+            eta_samples=counters.get("eta_samples", 0),
+            eta_inside=counters.get("eta_inside", 0),
+            eta_errors=eta_errors,
+        )
+
+    def _stats_call(self, target: Target, shard: int, now_ms: int) -> tuple[tuple, tuple]:
+        """stats.lua's keys and arguments on one sub-line."""
+        k = self.keys(target, shard)
+        return self._stats.order(
             waiting=k.waiting,
             mark=k.mark,
             stats=k.stats,
@@ -360,39 +513,6 @@ class QueueStore:
             pace=k.pace,
             fence=k.fence,
             now_ms=now_ms,
-        )
-        reply = self._stats.read(self._guarded(self._stats.run, keys, args))
-        config, health, fence = _pairs(reply.config), _pairs(reply.health), _pairs(reply.fence)
-        # Counters only: a field of another layout (a deploy during a sale) is left out.
-        counters = {name: int(value) for name, value in _pairs(reply.stats).items() if value.lstrip("-").isdigit()}
-        eta_errors = {int(name[10:]): n for name, n in counters.items() if name.startswith("eta_error:")}
-        return QueueFigures(
-            waiting=reply.waiting,
-            pre_queued=reply.pre_queued,
-            active=reply.active,
-            admitted=counters.get("admitted", 0),
-            left=counters.get("left", 0),
-            evicted=counters.get("evicted", 0),
-            wait_ms=counters.get("wait_ms", 0),
-            wait_histogram={int(b): int(n) for b, n in _pairs(reply.waits).items()},
-            measured_rate=float(reply.rate) if reply.rate else None,
-            config=TargetConfig.from_redis(config),
-            draw=_pairs(reply.draw),
-            commitment=config.get(DRAW_COMMITMENT),
-            known=KNOWN_SINCE in config,
-            sold_out_released=counters.get("sold_out_released", 0),
-            orders=counters.get("orders", 0),
-            not_invited=counters.get("not_invited", 0),
-            passed_through=counters.get("passed_through", 0),
-            allowed_batch=float(health["allowed"]) if "allowed" in health else None,
-            purchases=[p for p in map(shop_health.Purchase.parse, reply.purchases) if p is not None],
-            last_tick_ms=int(reply.last_tick_ms) if reply.last_tick_ms else None,
-            restored=counters.get("restored", 0),
-            fences=counters.get("fences", 0),
-            lost_seqs=(int(fence["lost_from"]), int(fence["lost_to"])) if "lost_to" in fence else None,
-            eta_samples=counters.get("eta_samples", 0),
-            eta_inside=counters.get("eta_inside", 0),
-            eta_errors=eta_errors,
         )
 
     def line(self, target: Target) -> str | None:
@@ -430,9 +550,29 @@ class QueueStore:
         flag's version if it has none. A new opensAt with no seed committed commits `fresh_seed` (seed,
         commitment). Registers it with the pump, whose publisher sends the events this reports.
         Answers lua/configure.lua's outcome (WRITTEN, CHANGED, ALREADY_OPEN, UNKNOWN_TARGET) and the version
-        stored after it (None: not open)."""
+        stored after it (None: not open), or IN_USE (nothing written): the write changes the count of sub-lines
+        while someone waits, is pre-queued or holds a live entry token.
+
+        A sharded line (docs/sharding.md) is written sub-line by sub-line, sub-line 0 last: it makes the target
+        known, and a write refused there for its precondition is refused before any sub-line is written (checked
+        here first). Every sub-line gets the same fields, the line's one seed and pre-queue block; a sub-line a
+        shrink leaves keeps only `shards`, so a caller routing by the old count is sent to route again."""
         k = self.keys(target)
         settings = [item for field_value in config.to_redis().items() for item in field_value]
+        stored = self._guarded(self.client.hgetall, k.config)
+        before, shards = int(stored.get("shards") or 1), config.shard_count
+        block = ""
+        if max(before, shards) > 1:
+            refused = _refusal(stored, precondition)
+            if refused is not None:
+                return refused
+            if shards != before and self._in_use(target, max(before, shards), now_ms):
+                return "IN_USE", config_version(stored) if KNOWN_SINCE in stored else None
+            seed = _line_seed(stored, config, fresh_seed)
+            if shards > 1 and seed is not None and config.opens_at_ms is not None:
+                kept = seed is not fresh_seed and shards == before and stored.get(DRAW_BLOCK)
+                block = kept or self._new_block(target, shards, config.opens_at_ms, now_ms)
+            self._configure_sub_lines(target, settings, seed, block, before, shards, now_ms)
         keys, args = self._configure.order(
             config=k.config,
             events=k.events,
@@ -441,19 +581,82 @@ class QueueStore:
             expect=_expect(precondition),
             fresh_seed=fresh_seed[0],
             fresh_commitment=fresh_seed[1],
+            line_seed=0,
+            draw_block=block,
             **self.outbox,
         )
         outcome = self._configure.read(self._guarded(self._configure.run, keys, (*args, *settings)))
         if outcome.tag != "WRITTEN":
             return outcome.tag, getattr(outcome, "version", None)
-        stored = self.flag()
-        if stored is not None:
+        stored_flag = self.flag()
+        if stored_flag is not None:
             # Opened after a flip, the target follows it at once (flag_sync marks the targets it finds).
-            self._guarded(self.client.hsetnx, k.config, "flag_version", stored[0])
+            pipe = self.client.pipeline(transaction=False)
+            for sub_line in self._sub_lines(target, shards):
+                pipe.hsetnx(sub_line.config, "flag_version", stored_flag[0])
+            self._guarded(pipe.execute)
+        self._learnt(target, shards)
         if self.outbox["outbox_cap"]:
             self._register(target, OUTBOX_TTL_MS)
         self._mark_open(target, max(now_ms, config.opens_at_ms or 0), now_ms)
         return outcome.tag, outcome.version
+
+    def _in_use(self, target: Target, shards: int, now_ms: int) -> bool:
+        """Whether anyone waits (or is admitted and collecting), is pre-queued or holds a live entry token on any
+        of `shards` sub-lines: the line cannot change its count of sub-lines under them."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in self._sub_lines(target, shards):
+            pipe.zcard(k.waiting)
+            pipe.zcard(k.prequeue)
+            pipe.zcount(k.active, f"({now_ms}", "+inf")
+        return any(self._guarded(pipe.execute))
+
+    def _new_block(self, target: Target, shards: int, opens_at_ms: int, now_ms: int) -> str:
+        """A pre-queue block of seqs for every sub-line, 'first last': above every seq a sub-line handed out and
+        the clock, by BLOCK_MARGIN_US, up to the opening (lua/enter.lua draws each place in it)."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in self._sub_lines(target, shards):
+            pipe.get(k.seq)
+        handed_out = max(int(seq or 0) for seq in self._guarded(pipe.execute))
+        first = max(handed_out, now_ms * 1000) + BLOCK_MARGIN_US
+        return f"{first} {max(opens_at_ms * 1000 - 1, first + BLOCK_MARGIN_US - 1)}"
+
+    def _configure_sub_lines(
+        self,
+        target: Target,
+        settings: list,
+        seed: tuple[str, str] | None,
+        block: str,
+        before: int,
+        shards: int,
+        now_ms: int,
+    ) -> None:
+        """Write the configuration on the sub-lines past the first (quietly: sub-line 0 reports the change), and
+        leave on each sub-line a shrink gave up only the new count."""
+        calls = [
+            self._configure.bind(
+                settings,
+                config=k.config,
+                events=k.events,
+                stats=k.stats,
+                now_ms=now_ms,
+                expect="",
+                outbox_cap=0,
+                outbox_ttl_ms=OUTBOX_TTL_MS,
+                fresh_seed=seed[0] if seed else "",
+                fresh_commitment=seed[1] if seed else "",
+                line_seed=1,
+                draw_block=block,
+            )
+            for k in self._sub_lines(target, shards)[1:]
+        ]
+        self._guarded(self._fan_out, calls)
+        if before > shards:
+            pipe = self.client.pipeline(transaction=False)
+            for shard in range(shards, before):
+                pipe.delete(self.keys(target, shard).config)
+                pipe.hset(self.keys(target, shard).config, "shards", shards)
+            self._guarded(pipe.execute)
 
     def observe_purchase(
         self,
@@ -466,8 +669,9 @@ class QueueStore:
     ) -> int:
         """Note a forwarded purchase's latency and outcome (the shop's `status`, 0 for no answer), and report it
         as an event when it used entry `token`; the shop's word that stock ran out marks the target sold out.
-        0: unknown target (nothing written), 1: noted, 2: noted, and now sold out."""
-        k = self.keys(target)
+        0: unknown target (nothing written), 1: noted, 2: noted, and now sold out. Noted on the sub-line the token
+        was used on (sub-line 0 without one); a sold out holds for every sub-line."""
+        k = self._token_keys(token) if token else self.keys(target)
         keys, args = self._observe_purchase.order(
             config=k.config,
             purchases=k.purchases,
@@ -490,6 +694,12 @@ class QueueStore:
         noted = self._observe_purchase.read(self._guarded(self._observe_purchase.run, keys, args))
         if noted.register:
             self._register(target, OUTBOX_TTL_MS)
+        if noted.noted == 2 and self.shard_count(target) > 1:
+            # The sub-line that heard it reported TargetSoldOut; the others stop their users at their next call.
+            pipe = self.client.pipeline(transaction=False)
+            for other in self._sub_lines(target):
+                pipe.hset(other.config, "sold_out", 1)
+            self._guarded(pipe.execute)
         return int(noted.noted)
 
     def flag(self) -> tuple[str, dict] | None:
@@ -501,41 +711,127 @@ class QueueStore:
         return value["version"], value["configuration"]
 
     def publish_flag(self, version: str, configuration: dict) -> int:
-        """Store a flag configuration, then mark every known target's settings with its version (flag_sync);
-        answers how many targets were marked. The enter and status scripts compare the mark with the
-        version their caller decided by: no request pays a round trip for it."""
+        """Store a flag configuration, then mark every known target's settings with its version (flag_sync), on
+        every sub-line of a sharded line; answers how many targets were marked. The enter and status scripts compare
+        the mark with the version their caller decided by: no request pays a round trip for it."""
         self.client.set(self.global_keys.flag, json.dumps({"version": version, "configuration": configuration}))
         scanned = self.client.scan_iter(match=self.global_keys.configs, count=1000)
         known = {key for key in scanned if self.global_keys.is_config(key)}
-        known |= {self.keys(target).config for target in self.registered_targets()}
+        registered = list(self.registered_targets())
+        for target, shards in zip(registered, self._read_shard_counts(registered), strict=True):
+            known |= {k.config for k in self._sub_lines(target, shards)}
         for config_key in known:
             self.client.hset(config_key, "flag_version", version)
-        return len(known)
+        return sum(1 for key in known if self.global_keys.is_first_config(key))
 
     def pending_events(self, targets: Sequence[Target], count: int) -> dict[Target, tuple[list, int]]:
         """Each target's oldest `count` unpublished events, as (entry id, {field: value}), and how many events its
-        outbox cap pushed out unpublished (not yet taken by `events_published`). One round trip."""
+        outbox cap pushed out unpublished (not yet taken by `events_published`). One round trip, and one more to
+        learn the targets' counts of sub-lines: each sub-line has its own outbox, whose entry ids carry `#<sub-line>`
+        past the first (`events_published` takes them back); the events name the target."""
+        shards = self._read_shard_counts(targets)
         pipe = self.client.pipeline(transaction=False)
-        for target in targets:
-            k = self.keys(target)
-            pipe.xrange(k.events, count=count)
-            pipe.hget(k.stats, "events_dropped")
-        replies = pipe.execute()
-        return {target: (replies[2 * i], int(replies[2 * i + 1] or 0)) for i, target in enumerate(targets)}
+        for target, n in zip(targets, shards, strict=True):
+            for k in self._sub_lines(target, n):
+                pipe.xrange(k.events, count=count)
+                pipe.hget(k.stats, "events_dropped")
+        replies = iter(pipe.execute())
+        pending = {}
+        for target, n in zip(targets, shards, strict=True):
+            entries, dropped = [], 0
+            for shard in range(n):
+                entries += [(_sub_line_id(entry_id, shard), fields) for entry_id, fields in next(replies)]
+                dropped += int(next(replies) or 0)
+            if n > 1:
+                entries = sorted(entries, key=lambda entry: _stream_order(entry[0]))[:count]
+            pending[target] = (entries, dropped)
+        return pending
 
     def events_published(self, published: Mapping[Target, Sequence[str]], dropped: Mapping[Target, int]) -> None:
         """Delete the events EventBridge accepted (the outbox keeps only what is unpublished), and take the
-        dropped counts that were reported. One round trip."""
+        dropped counts that were reported. One round trip (a sharded line's dropped counts take one more)."""
         pipe = self.client.pipeline(transaction=False)
         for target, ids in published.items():
-            if ids:
-                pipe.xdel(self.keys(target).events, *ids)
+            by_shard: dict[int, list[str]] = {}
+            for entry_id in ids:
+                stream_id, _, sub_line = entry_id.partition("#")
+                by_shard.setdefault(int(sub_line or 0), []).append(stream_id)
+            for shard, stream_ids in by_shard.items():
+                pipe.xdel(self.keys(target, shard).events, *stream_ids)
         for target, n in dropped.items():
-            if n:
+            for k, taken in self._dropped_by_sub_line(target, n):
                 # A decrement, not a reset: drops counted meanwhile stay for the next report.
-                pipe.hincrby(self.keys(target).stats, "events_dropped", -n)
-                pipe.pexpire(self.keys(target).stats, OUTBOX_TTL_MS, nx=True)
+                pipe.hincrby(k.stats, "events_dropped", -taken)
+                pipe.pexpire(k.stats, OUTBOX_TTL_MS, nx=True)
         pipe.execute()
+
+    def _dropped_by_sub_line(self, target: Target, n: int) -> list[tuple[QueueKeys, int]]:
+        """`n` reported dropped events of `target`, taken from the sub-lines that counted them."""
+        if not n:
+            return []
+        sub_lines = self._sub_lines(target)
+        if len(sub_lines) == 1:
+            return [(sub_lines[0], n)]
+        pipe = self.client.pipeline(transaction=False)
+        for k in sub_lines:
+            pipe.hget(k.stats, "events_dropped")
+        taken = []
+        for k, counted in zip(sub_lines, pipe.execute(), strict=True):
+            share = min(n, int(counted or 0))
+            if share > 0:
+                taken.append((k, share))
+                n -= share
+        return taken
+
+    def _read_shard_counts(self, targets: Sequence[Target]) -> list[int]:
+        """The targets' counts of sub-lines, read from each sub-line 0's config in one round trip, and learnt."""
+        if not targets:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for target in targets:
+            pipe.hget(self.keys(target).config, "shards")
+        return [self._learnt(target, n or 1) for target, n in zip(targets, pipe.execute(), strict=True)]
+
+    def shard_count(self, target: Target) -> int:
+        """How many sub-lines `target`'s line spans, as this container last learnt it (1 until a script says
+        otherwise): requests route by it, and a script refuses a count that is not its sub-line's."""
+        return self._shards.get(target, 1)
+
+    def _learnt(self, target: Target, shards: str | int) -> int:
+        """Remember `target`'s count of sub-lines, as a script or sub-line 0's config told it."""
+        count = int(shards)
+        self._shards.pop(target, None)
+        self._shards[target] = count
+        if len(self._shards) > MAX_SHARD_COUNTS:
+            del self._shards[next(iter(self._shards))]
+        return count
+
+    def _relearnt(self, target: Target, told: str, shard: int) -> int:
+        """Learn `target`'s count of sub-lines from sub-line `shard`'s refusal, which `told` it: a sub-line of the
+        line holds the current count, one a shrink gave up (past the count it holds) the count of that shrink,
+        which a later resize may have changed: then sub-line 0's config tells."""
+        return self._learnt(target, told) if shard < int(told) else self._reread(target)
+
+    def _reread(self, target: Target) -> int:
+        """Learn `target`'s count of sub-lines from sub-line 0's config (absent: 1), for a script whose refusal
+        does not carry it."""
+        return self._learnt(target, self._guarded(self.client.hget, self.keys(target).config, "shards") or 1)
+
+    def _sub_lines(self, target: Target, shards: int | None = None) -> list[QueueKeys]:
+        """The keys of each of the line's sub-lines (of `shards` of them; by default as last learnt)."""
+        return [self.keys(target, shard) for shard in range(shards or self.shard_count(target))]
+
+    def _token_keys(self, token: EntryToken) -> QueueKeys:
+        """The keys of the sub-line an entry token's user belongs to, where it was issued and used."""
+        return self.keys(token.target, shard_of(token.user_id, self.shard_count(token.target)))
+
+    def _fan_out(self, calls: list) -> list:
+        """Script calls on several sub-lines in one round trip (a pipeline per node); the first error raised."""
+        replies = run_pipelined(self.client, calls)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def _guarded(self, call: Callable[..., Any], *args: object) -> Any:
         """One client-facing Redis call through its slot's circuit breaker (a script's keys name the slot; any
@@ -753,6 +1049,47 @@ def _expect(precondition: Precondition) -> str:
     if precondition.given:
         return " ".join(("version", *precondition.etags))
     return ""
+
+
+def _refusal(stored: Mapping[str, str], precondition: Precondition) -> tuple[str, str | None] | None:
+    """What lua/configure.lua would answer instead of writing over `stored` under `precondition` (None: it
+    writes): a sharded write checks it before it writes the sub-lines past the first."""
+    known = KNOWN_SINCE in stored
+    if precondition.absent:
+        return ("ALREADY_OPEN", config_version(stored)) if known else None
+    if precondition.any_version or precondition.given:
+        if not known:
+            return "UNKNOWN_TARGET", None
+        if precondition.given and config_version(stored) not in precondition.etags:
+            return "CHANGED", config_version(stored)
+    return None
+
+
+def _line_seed(stored: Mapping[str, str], config: TargetConfig, fresh_seed: tuple[str, str]) -> tuple[str, str] | None:
+    """The seed (and commitment) sub-line 0 keeps or commits in this write (lua/configure.lua's rule): every
+    sub-line takes it."""
+    if DRAW_SEED in stored:
+        return stored[DRAW_SEED], stored[DRAW_COMMITMENT]
+    if config.opens_at_ms is not None and str(config.opens_at_ms) != stored.get("opens_at_ms"):
+        return fresh_seed
+    return None
+
+
+def _sub_line_id(entry_id: str, shard: int) -> str:
+    """An outbox entry's id as the publisher sees it: the stream's id, and `#<sub-line>` past the first."""
+    return f"{entry_id}#{shard}" if shard else entry_id
+
+
+def _stream_order(entry_id: str) -> tuple[int, int]:
+    """An outbox entry's place in time: its stream id's milliseconds and counter."""
+    ms, _, counter = entry_id.partition("#")[0].partition("-")
+    return int(ms), int(counter)
+
+
+def _resized(target: Target) -> StoreMoving:
+    """A call refused for its count of sub-lines twice in a row: the line was resized again meanwhile (an operator's
+    seconds-apart changes). Nobody is let in: the caller answers 503, and the client asks again."""
+    return StoreMoving(f"{target}'s line changed its count of sub-lines while the call was routed")
 
 
 def _pairs(flat: list) -> dict[str, str]:

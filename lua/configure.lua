@@ -6,11 +6,15 @@
 -- The opening's committed seed (draw_seed, and draw_commitment, its SHA-256) is not the operator's either: it is
 -- drawn when a write sets a new opensAt and none is committed, and kept through every later write, so no operator
 -- can pick it; the opening (admit.lua) reveals it and takes it out, so the next new opensAt commits to a new one.
--- The version (the API's ETag) is the SHA-1 of the operator's fields, every field but those four, as sorted
+-- A sharded line (docs/sharding.md) is configured sub-line by sub-line (chalicelib/store.py): the sub-lines past the
+-- first take the line's seed as given, and every sub-line the pre-queue's block of seqs (draw_block), so that the
+-- sub-lines draw their places alike and the places compare.
+-- The version (the API's ETag) is the SHA-1 of the operator's fields, every field but those five, as sorted
 -- 'field=value' lines joined by newlines (chalicelib/store.py computes the same for GET).
 -- KEYS[1] config      hash: batch, tick_ms, max_waiting, max_active, opens_at_ms, closes_at_ms, paused, sold_out,
 --                     invite_only, slo_p95_ms, slo_error_rate, safety_net (all optional), known_since_ms (kept from
---                     the first opening), draw_seed and draw_commitment (kept until the opening reveals them)
+--                     the first opening), draw_seed and draw_commitment (kept until the opening reveals them),
+--                     draw_block ('first last': the pre-queue's block of seqs, as given), shards
 -- KEYS[2] events      the target's outbox stream (outbox.lua): TargetConfigChanged (with the new configuration and
 --                     the commitment, if any), and TargetPaused, TargetResumed, TargetSoldOut when those fields
 --                     change
@@ -23,14 +27,18 @@
 -- ARGV[5] fresh_seed       a fresh opening seed, committed only if the configuration has an opensAt and none is
 --                          committed yet
 -- ARGV[6] fresh_commitment its commitment: lowercase hex of the SHA-256 of its text
--- ARGV[7..] settings    field, value, field, value, ... (none: back to the global defaults)
+-- ARGV[7] line_seed        '1': fresh_seed is the line's seed, committed as given ('': none), whatever is stored
+--                          (a sub-line past the first); else '0'
+-- ARGV[8] draw_block       the pre-queue's block of seqs, 'first last', for every sub-line of a sharded line ('':
+--                          none: the pre-queue's first entry fixes one)
+-- ARGV[9..] settings    field, value, field, value, ... (none: back to the global defaults)
 -- Returns one of:
 --   {'WRITTEN', version}  written; the new version
 --   {'CHANGED', version}  nothing written: the stored version is another
 --   {'ALREADY_OPEN', version}  nothing written: the target is open (expect 'new')
 --   {'UNKNOWN_TARGET'}  nothing written: the target is not open
 local config, events, stats = unpack(KEYS)
-local now_ms, expect, outbox_cap, outbox_ttl_ms, fresh_seed, fresh_commitment = unpack(ARGV)
+local now_ms, expect, outbox_cap, outbox_ttl_ms, fresh_seed, fresh_commitment, line_seed, draw_block = unpack(ARGV)
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 
 -- Byte order, as Python sorts the same lines (Lua's own `<` on strings follows the server's locale).
@@ -44,7 +52,8 @@ local function in_byte_order(a, b)
   return #a < #b
 end
 
-local not_the_operators = {known_since_ms = true, flag_version = true, draw_seed = true, draw_commitment = true}
+local not_the_operators = {known_since_ms = true, flag_version = true, draw_seed = true, draw_commitment = true,
+  draw_block = true}
 
 local function version()
   local flat = redis.call('HGETALL', config)
@@ -75,20 +84,25 @@ elseif expect ~= '' and expect ~= 'new' then
 end
 local known_since = before[1] or now_ms
 redis.call('DEL', config)
-redis.call('HSET', config, 'known_since_ms', known_since, unpack(ARGV, 7))
+redis.call('HSET', config, 'known_since_ms', known_since, unpack(ARGV, 9))
 if before[4] then
   redis.call('HSET', config, 'flag_version', before[4])
 end
 local after = redis.call('HMGET', config, 'paused', 'sold_out', 'opens_at_ms')
 local seed, commitment = before[5], before[6]
-if not seed and after[3] and after[3] ~= before[7] then
+if line_seed == '1' then
+  seed, commitment = fresh_seed ~= '' and fresh_seed or nil, fresh_commitment
+elseif not seed and after[3] and after[3] ~= before[7] then
   seed, commitment = fresh_seed, fresh_commitment
+end
+if draw_block ~= '' then
+  redis.call('HSET', config, 'draw_block', draw_block)
 end
 if seed then
   redis.call('HSET', config, 'draw_seed', seed, 'draw_commitment', commitment)
-  emit('TargetConfigChanged', 'commitment', commitment, unpack(ARGV, 7))
+  emit('TargetConfigChanged', 'commitment', commitment, unpack(ARGV, 9))
 else
-  emit('TargetConfigChanged', unpack(ARGV, 7))
+  emit('TargetConfigChanged', unpack(ARGV, 9))
 end
 if (before[2] == '1') ~= (after[1] == '1') then
   emit(after[1] == '1' and 'TargetPaused' or 'TargetResumed', 'by', 'operator')

@@ -14,7 +14,8 @@
 --                     (departures and the time they are a rate of)
 -- KEYS[8] config      hash: the target's own batch, tick_ms, max_waiting, opens_at_ms, closes_at_ms, known_since_ms,
 --                     sold_out, paused, flag_version (the switch's mark, flags.py), invite_only, safety_net,
---                     max_active, draw_seed (the opening's committed seed)
+--                     max_active, draw_seed (the opening's committed seed), draw_block (the pre-queue's block of
+--                     seqs a sharded line's configuration fixed for every sub-line), shards (the line's sub-lines)
 -- KEYS[9] prequeue    zset: user id -> drawn seq, before opening
 -- KEYS[10] draw       hash: `first` and `last`, the block of seqs the pre-queue's places are drawn in, fixed by its
 --                     first entry for the seed whose `commitment` it records; opens_at_ms and `state` ('done') of
@@ -45,6 +46,8 @@
 -- ARGV[16] flag_version            the flag version the caller decided by ('*': whatever the target carries)
 -- ARGV[17] queued                  its decision (1 queue, 0 not)
 -- ARGV[18] pass_window_ms          the safety net lets a user pass at most once in this long (ms)
+-- ARGV[19] shards                  the line's sub-lines as the caller believes (docs/sharding.md): it routed the
+--                                  user by it, so another count than this sub-line's config holds refuses the call
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
 --   {'PASSED', held, register}  the safety net admitted the newcomer at once; target needs registering (0|1)
@@ -60,14 +63,20 @@
 --   {'UNKNOWN_TARGET'} (nothing was written)
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version (nothing was written)
+--   {'SHARDS', shards}  the sub-line's count of sub-lines, not the caller's: it must route again (nothing was written)
 local waiting, heartbeat, seq, mark, token, registered, stats, config, prequeue, draw, active, budget,
   events, pace, passed = unpack(KEYS)
 local user_id, now_ms, default_max_waiting, idle_ttl_ms, entry_key, grant_expires_s, grant_ttl_ms, grant_expires_ms,
   registration_refresh_ms, default_batch, default_tick_ms, open_on_first_use, invited, outbox_cap, outbox_ttl_ms,
-  flag_version, queued, pass_window_ms = unpack(ARGV)
+  flag_version, queued, pass_window_ms, shards = unpack(ARGV)
 local now = tonumber(now_ms)
 local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'max_waiting', 'opens_at_ms', 'closes_at_ms',
-  'known_since_ms', 'sold_out', 'paused', 'flag_version', 'invite_only', 'safety_net')
+  'known_since_ms', 'sold_out', 'paused', 'flag_version', 'invite_only', 'safety_net', 'shards')
+-- Routed by another count of sub-lines than the line has (a resize since the caller learnt it): the user may belong
+-- to another sub-line, so nothing is written here, not even a place.
+if (config_values[12] or '1') ~= shards then
+  return {'SHARDS', config_values[12] or '1'}
+end
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
 if config_values[9] and flag_version ~= '*' and config_values[9] ~= flag_version then
@@ -185,15 +194,21 @@ if not seq_number and not arrival then
     -- The pre-queue: the newcomer's place is drawn now (docs/guarantees.md#the-opening-draw), from the seed committed
     -- with the opening, inside a block of seqs that the first entry fixes above every seq handed out before and the
     -- counter then jumps over, so everyone who enters after the opening stands behind the whole pre-queue.
-    local commitment = redis.call('HGET', config, 'draw_commitment')
+    local commitment, block = unpack(redis.call('HMGET', config, 'draw_commitment', 'draw_block'))
     if not commitment then
       -- An opening configured before seeds were committed: its pre-queue keeps arrival order.
       arrival = tonumber((next_seq()))
     else
-      -- The block belongs to the seed (which moving the opening keeps), recorded by its commitment.
-      if drawn_with ~= commitment then
+      -- The block belongs to the seed (which moving the opening keeps), recorded by its commitment; a sharded line's
+      -- is the one its configuration gives (a resize gives a new one).
+      if drawn_with ~= commitment or block and block ~= first .. ' ' .. last then
         first = (next_seq())
         last = string.format('%d', math.max(opens_at * 1000 - 1, tonumber(first) + MIN_BLOCK_US - 1))
+        if block then
+          -- A sharded line's block, one for every sub-line so that their drawn places compare (lua/configure.lua);
+          -- next_seq above has made a new line's keys, and the counter still jumps past the block.
+          first, last = string.match(block, '^(%d+) (%d+)$')
+        end
         inner, outer = padded_keys(redis.call('HGET', config, 'draw_seed'))
         redis.call('SET', seq, last, 'KEEPTTL')
         redis.call('DEL', draw)
@@ -279,8 +294,9 @@ if not seq_number then
   return {'PRE_QUEUE', arrival, config_values[4], created, register}
 end
 ahead = ahead or redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
-local rate = redis.call('HGET', pace, 'rate')
-  or tostring(tonumber(config_values[1] or default_batch) * 1000 / tonumber(config_values[2] or default_tick_ms))
+-- A sub-line's rate is its share of the line's (chalicelib/answers.py scales what it answers to the whole line).
+local rate = redis.call('HGET', pace, 'rate') or tostring(tonumber(config_values[1] or default_batch) * 1000
+  / tonumber(config_values[2] or default_tick_ms) / (shards == '1' and 1 or tonumber(shards)))
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.
 local left, evicted, waiting_user_ms = unpack(redis.call('HMGET', stats, 'eta_left', 'evicted',
   'waiting_user_ms'))

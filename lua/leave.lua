@@ -11,7 +11,7 @@
 -- KEYS[8] events      the target's outbox stream (outbox.lua): UserLeft
 -- KEYS[9] ended       zset: user id -> seq of their last entry that ended on purpose (left, evicted)
 -- KEYS[10] mark       admitted mark: a user whose seq <= mark is admitted
--- KEYS[11] config     hash: the target's own tick_ms
+-- KEYS[11] config     hash: the target's own tick_ms, and shards (the line's sub-lines)
 -- KEYS[12] departed   zset: user id -> server time (ms) of their last leave the ETA's range counted
 -- ARGV[1] user_id               user id
 -- ARGV[2] ticket_entry          the entry number on the caller's ticket
@@ -22,11 +22,16 @@
 -- ARGV[7] outbox_ttl_ms         outbox TTL (ms)
 -- ARGV[8] default_tick_ms       default tick length (ms)
 -- ARGV[9] departure_window_ms   the ETA counts at most one leave of a user in this long (ms)
--- Returns 1 if the user was in line, 0 if not, -1 if the ticket is of another (earlier) entry: nothing changes.
+-- ARGV[10] shards               the line's sub-lines as the caller believes, which it routed the user by
+-- Returns 1 if the user was in line, 0 if not, -1 if the ticket is of another (earlier) entry, -2 if the sub-line's
+-- count of sub-lines is not the caller's (it must route again): nothing changes.
 local waiting, heartbeat, token, stats, prequeue, active, revoked, events, ended, mark, config,
   departed = unpack(KEYS)
 local user_id, ticket_entry, now_ms, clock_skew_margin_ms, idle_ttl_ms, outbox_cap, outbox_ttl_ms, default_tick_ms,
-  departure_window_ms = unpack(ARGV)
+  departure_window_ms, shards = unpack(ARGV)
+if (redis.call('HGET', config, 'shards') or '1') ~= shards then
+  return -2
+end
 local held = redis.call('GET', token)
 local number = redis.call('ZSCORE', waiting, user_id) or redis.call('ZSCORE', prequeue, user_id)
   or (held and string.match(held, '^(%d+) '))

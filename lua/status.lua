@@ -10,7 +10,7 @@
 --                     and the time they are a rate of); the ETA's accuracy: eta_samples, eta_inside, and
 --                     `eta_error:<bucket>`, a histogram of etaSeconds' absolute error (buckets as the waits')
 -- KEYS[6] pace        hash: `rate`, admissions per second measured by the pump (admit.lua)
--- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms, known_since_ms, sold_out, paused
+-- KEYS[7] config      hash: the target's own batch, tick_ms, opens_at_ms, known_since_ms, sold_out, paused, shards
 -- KEYS[8] prequeue    zset: user id -> drawn seq, before opening
 -- KEYS[9] draw        hash: opens_at_ms and state ('done': the opening made the pre-queue the line)
 -- KEYS[10] ended      zset: user id -> seq of their last entry that ended on purpose (left, evicted)
@@ -27,16 +27,17 @@
 -- ARGV[5] ticket_entry      the entry number on the caller's ticket
 -- ARGV[6] flag_version      the flag version the caller decided by ('*': whatever the target carries)
 -- ARGV[7] queued            its decision (1 queue, 0 not)
--- ARGV[8] grant             a fresh entry token's grant, stored (after the entry's number) if this call admits the
+-- ARGV[8] shards            the line's sub-lines as the caller believes, which it routed the user by
+-- ARGV[9] grant             a fresh entry token's grant, stored (after the entry's number) if this call admits the
 --                           user (admitting only, as the rest)
--- ARGV[9] grant_ttl_ms      its TTL (ms)
--- ARGV[10] grant_expires_ms its expiry (epoch ms)
--- ARGV[11] wait_ms          the user's wait so far (ms)
--- ARGV[12] wait_bucket      its histogram bucket
--- ARGV[13] told_inside      whether the wait so far lies in the range the ticket's entry was first told (1|0; '':
+-- ARGV[10] grant_ttl_ms     its TTL (ms)
+-- ARGV[11] grant_expires_ms its expiry (epoch ms)
+-- ARGV[12] wait_ms          the user's wait so far (ms)
+-- ARGV[13] wait_bucket      its histogram bucket
+-- ARGV[14] told_inside      whether the wait so far lies in the range the ticket's entry was first told (1|0; '':
 --                           it was told none)
--- ARGV[14] told_error_bucket the histogram bucket of |wait - the etaSeconds it was first told|
--- ARGV[15] idle_ttl_ms      idle TTL (ms)
+-- ARGV[15] told_error_bucket the histogram bucket of |wait - the etaSeconds it was first told|
+-- ARGV[16] idle_ttl_ms      idle TTL (ms)
 -- Returns one of:
 --   {'ADMITTED', held, issued_now}  held: 'entry number grant'; issued now (0|1)
 --   {'DUE'} (the mark has passed the user's seq, and the call brought no grant: ask again with one)
@@ -52,15 +53,21 @@
 --   {'SOLD_OUT'} (the user's place, if any, is released: counted as `sold_out_released` in stats)
 --   {'OFF'} (the queue is off for this user)
 --   {'FLAG', target_version}  the target's flag version
+--   {'SHARDS', shards}  the sub-line's count of sub-lines, not the caller's: it must route again (nothing changes)
 local waiting, heartbeat, mark, token, stats, pace, config, prequeue, draw, ended, fence, waits,
   active = unpack(KEYS)
-local user_id, now_ms, default_batch, default_tick_ms, ticket_entry, flag_version, queued, grant, grant_ttl_ms,
-  grant_expires_ms, wait_ms, wait_bucket, told_inside, told_error_bucket, idle_ttl_ms = unpack(ARGV)
+local user_id, now_ms, default_batch, default_tick_ms, ticket_entry, flag_version, queued, shards, grant,
+  grant_ttl_ms, grant_expires_ms, wait_ms, wait_bucket, told_inside, told_error_bucket, idle_ttl_ms = unpack(ARGV)
 -- The queue's switch (flags.py): a target marked with another flag version than the caller decided by sends
 -- the caller to look again before anything changes; else the caller's decision stands.
 -- The target's settings in one read, the switch's mark among them.
-local flag, known_since, sold_out, paused, batch, tick_ms, opens_at = unpack(redis.call('HMGET', config,
-  'flag_version', 'known_since_ms', 'sold_out', 'paused', 'batch', 'tick_ms', 'opens_at_ms'))
+local flag, known_since, sold_out, paused, batch, tick_ms, opens_at, line_shards = unpack(redis.call('HMGET', config,
+  'flag_version', 'known_since_ms', 'sold_out', 'paused', 'batch', 'tick_ms', 'opens_at_ms', 'shards'))
+-- Routed by another count of sub-lines than the line has: the user's place may be on another sub-line, and a
+-- ticket must not restore it here.
+if (line_shards or '1') ~= shards then
+  return {'SHARDS', line_shards or '1'}
+end
 if flag and flag_version ~= '*' and flag ~= flag_version then
   return {'FLAG', flag}
 end
@@ -188,8 +195,10 @@ redis.call('ZADD', heartbeat, now_ms, user_id)
 -- Users ahead are those not yet admitted with a smaller seq (admitted ones still collecting do not count).
 -- The bounds as Redis spelt them: a Lua number turned back into text costs a printf.
 local ahead = redis.call('ZCOUNT', waiting, '(' .. mark_text, '(' .. seq_text)
+-- A sub-line's rate is its share of the line's (chalicelib/answers.py scales what it answers to the whole line).
 local rate = redis.call('HGET', pace, 'rate')
-  or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms))
+  or tostring(tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms)
+    / (shards == '1' and 1 or tonumber(shards)))
 -- Until the opening has made the pre-queue the line, a place in line does not tell how many stand ahead of it.
 local drawn = (opens_at and not opened()) and '-1' or '0'
 -- The answer is flat: on the server, each list in a reply costs about as much as five fields of it.

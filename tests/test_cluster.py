@@ -21,8 +21,10 @@ from chalicelib.errors import EntryTokenUsed, QueueUnavailable
 from chalicelib.pump import Pump
 from chalicelib.purchase import PurchaseGate, PurchaseRequest
 from chalicelib.queue import WaitingRoom
+from chalicelib.queue_keys import shard_of
 from chalicelib.redis_connection import Breakers, connect
 from chalicelib.store import QueueStore
+from chalicelib.target_config import TargetConfig
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
 from infra.local.stack import free_port
@@ -226,3 +228,32 @@ def test_a_paused_node_fails_open_for_its_targets_alone_and_the_cluster_resumes(
         assert time.monotonic() < deadline, "the cluster client did not resume"
         time.sleep(0.1)
     assert all(room.status(t, "1", tickets[t]).position == 1 for t in TARGETS)
+
+
+def test_a_sharded_line_s_users_land_on_different_nodes_and_each_call_touches_one_slot(on_cluster, origin):
+    room, gate, store = on_cluster.room, on_cluster.gate, on_cluster.store
+    # A target whose three sub-lines are on the three nodes.
+    target = next(
+        t for t in TARGETS if len(nodes_of(on_cluster.client, [store.keys(t, s).waiting for s in range(3)])) == 3
+    )
+    room.configure(target, TargetConfig(shards=3))
+    slots_touched = []
+    for script in (store._enter, store._status, store._leave, store._consume, store._restore, store._observe_purchase):
+        run = script.run
+        script.run = lambda keys, args, run=run: (
+            slots_touched.append({key_slot(k.encode()) for k in keys}) or run(keys, args)
+        )
+    users = [f"spread-{n}" for n in range(12)]
+    tickets = {user: room.enter(target, user).queue_ticket for user in users}
+    assert all(tickets.values())  # a CROSSSLOT would have failed open: no ticket
+    homes = {user: nodes_of(on_cluster.client, [store.keys(target, shard_of(user, 3)).waiting]).pop() for user in users}
+    assert len(set(homes.values())) == 3
+    assert all(room.status(target, user, tickets[user]).status == "WAITING" for user in users)
+    room.leave(target, users[0], tickets[users[0]])
+    buyer = users[1]
+    k = store.keys(target, shard_of(buyer, 3))
+    on_cluster.client.set(k.mark, int(on_cluster.client.zscore(k.waiting, buyer)))
+    token = room.status(target, buyer, tickets[buyer]).entry_token
+    assert purchase(gate, token, target).status == 201
+    assert room.stats(target)["waitingCount"] == len(users) - 2
+    assert slots_touched and all(len(slots) == 1 for slots in slots_touched)
