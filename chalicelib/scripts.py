@@ -176,7 +176,7 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "front": Contract(
         keys=("waiting", "mark", "tick", "config", "active", "draw", "health", "plan"),
-        args=("limit", "default_tick_ms", "default_batch"),
+        args=("catchup_ticks", "default_tick_ms", "default_batch"),
         reply=("server_ms", "last_tick_ms", "mark", "waiting", "collecting", "active", "held", "opening", "shards",
                "tick_ms", "batch", "max_active", "per_tick", "seqs", "plan"),
     ),

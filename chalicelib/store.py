@@ -745,8 +745,7 @@ class QueueStore:
                     draw=k.draw,
                     health=k.health,
                     plan=k.plan,
-                    # Enough for the most a plan admits: the batch for every tick caught up on.
-                    limit=rules.batch * rules.catchup_ticks,
+                    catchup_ticks=rules.catchup_ticks,
                     default_tick_ms=rules.tick_ms,
                     default_batch=rules.batch,
                 )
