@@ -666,8 +666,9 @@ class QueueStore:
         results: dict[Target, TargetTick | Exception] = {}
         recounted: dict[Target, int] = {}
         evicted: dict[Target, int] = {}
+        own = replies[: len(calls)]
         for target, evicted_now, adjusted, admitted, lined in zip(
-            single, replies[0::4], replies[1::4], replies[2::4], replies[3::4], strict=False
+            single, own[0::4], own[1::4], own[2::4], own[3::4], strict=True
         ):
             error = next((r for r in (evicted_now, adjusted, admitted, lined) if isinstance(r, Exception)), None)
             if error is not None:
