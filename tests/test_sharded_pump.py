@@ -274,6 +274,30 @@ def test_a_hold_on_any_sub_line_and_max_active_hold_the_whole_line(env, client, 
     assert json.loads(client.get(store.keys(DROP).line))["state"] == "SOLD_OUT"
 
 
+def test_no_sub_line_admits_until_every_sub_line_has_opened(env, client, store):
+    batch, tick_ms = 30, 1000
+    env(VQ_TICK_MS=tick_ms, VQ_BATCH_SIZE=batch)
+    opens_at = server_ms(client) + 1500
+    config = TargetConfig(shards=SHARDS, batch=batch, tick_ms=tick_ms, opens_at_ms=opens_at)
+    sub_lines.configure(store, DROP, config)
+    enter_all(store, range(150))
+    assert all(client.zcard(k.prequeue) > 0 for k in sub_line_keys(store))
+    pump = Pump(store, runtime.settings())
+    time.sleep(max(0, opens_at - server_ms(client)) / 1000)
+
+    wait_for_next_tick(client, tick_ms)
+    opening = only(pump.tick())
+    # Every sub-line moved its pre-queue into its line this tick: nobody was admitted while any was still moving.
+    assert (opening.admitted, opening.needs_draw, opening.waiting) == (0, True, 150)
+    assert all(client.zcard(k.prequeue) == 0 for k in sub_line_keys(store))
+
+    wait_for_next_tick(client, tick_ms)
+    opened = only(pump.tick())
+    assert (opened.admitted, opened.needs_draw) == (batch, False)
+    assert len(assert_one_order(client, store)) == batch
+    assert json.loads(client.get(store.keys(DROP).line))["state"] == "OPEN"
+
+
 def test_a_store_learns_a_line_s_sub_lines_at_its_first_tick_and_ticks_one_line_targets_as_before(env, client, store):
     batch, tick_ms = 5, 60_000
     env(VQ_TICK_MS=tick_ms, VQ_BATCH_SIZE=batch)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from chalicelib import opening
 from chalicelib.answers import Place, place_of
 from chalicelib.flags import QUEUED
 from chalicelib.queue_keys import QueueKeys, shard_of
@@ -17,8 +18,9 @@ from chalicelib.tokens import GrantTerms
 
 
 def configure(store: QueueStore, target: Target, config: TargetConfig) -> None:
-    """Write `config` (its `shards` among it) to every sub-line, the sub-lines past the first before the first, and
-    register the target with the pump."""
+    """Write `config` (its `shards` among it) to every sub-line, the sub-lines past the first before the first, with
+    one opening seed, and register the target with the pump."""
+    seed, commitment = opening.new_seed()
     now_ms = int(time.time() * 1000)
     settings = [item for field_value in config.to_redis().items() for item in field_value]
     for shard in reversed(range(config.shard_count)):
@@ -29,8 +31,8 @@ def configure(store: QueueStore, target: Target, config: TargetConfig) -> None:
             stats=k.stats,
             now_ms=now_ms,
             expect="",
-            fresh_seed="",
-            fresh_commitment="",
+            fresh_seed=seed,
+            fresh_commitment=commitment,
             **store.outbox,
         )
         store._configure.run(keys, (*args, *settings))
