@@ -208,6 +208,32 @@ def test_a_tick_applies_the_one_plan_recorded_first_for_it(env, client, store):
     assert [int(client.get(k.tick)) for k in sub_line_keys(store)] == [plan.tick_ms] * SHARDS
 
 
+def test_a_sub_line_that_lost_writes_to_a_failover_is_fenced_on_its_own(env, client, store):
+    batch, tick_ms = 30, 1000
+    env(VQ_TICK_MS=tick_ms, VQ_BATCH_SIZE=batch)
+    sub_lines.configure(store, DROP, TargetConfig(shards=SHARDS, batch=batch, tick_ms=tick_ms))
+    enter_all(store, range(300))
+    pump = Pump(store, runtime.settings())
+    lagging = sub_line_keys(store)[1]
+    wait_for_next_tick(client, tick_ms)
+    only(pump.tick())
+    before = {key: client.dump(key) for key in (lagging.mark, lagging.tick)}
+    wait_for_next_tick(client, tick_ms)
+    only(pump.tick())
+    seen = pump.seen[(DROP, 1)]
+
+    # Sub-line 1's node fails over to a replica that lagged a tick: its mark and tick go back.
+    for key, value in before.items():
+        client.restore(key, 0, value, replace=True)
+    wait_for_next_tick(client, tick_ms)
+    result = only(pump.tick())
+    assert result.fenced is not None
+    # Back to what the pump saw there, then on: nobody admitted twice, nobody passed over, the batch a tick.
+    assert int(client.get(lagging.mark)) >= seen[1]
+    assert result.admitted == batch
+    assert len(assert_one_order(client, store)) == 3 * batch
+
+
 def test_the_merged_line_places_everyone_within_one_percent_of_the_line(env, client, store):
     batch, tick_ms = 50, 60_000
     env(VQ_TICK_MS=tick_ms, VQ_BATCH_SIZE=batch)
