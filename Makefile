@@ -47,7 +47,8 @@ test: $(VENV)/.installed
 # Tests that start Redis servers of their own (markers in pyproject.toml), and the suites the cluster run repeats.
 RELIABILITY := -m "faults or cluster"
 CLUSTER_SUITE := tests/test_queue_engine.py tests/test_pump.py tests/test_safety_net.py tests/test_purchase.py tests/test_operations.py \
-	tests/test_events.py tests/test_api.py tests/test_queue_model.py tests/test_failover_fences.py tests/test_sharding.py
+	tests/test_events.py tests/test_api.py tests/test_queue_model.py tests/test_failover_fences.py tests/test_sharding.py \
+	tests/test_sharded_pump.py
 # The store's suites again over rediss:// to a TLS-only redis-server cluster (about 35 s). Left out: 50 threads
 # opening 50 TLS connections at once, which on a 2-core machine outlast the 0.2 s connect timeout (a Lambda
 # container opens one).

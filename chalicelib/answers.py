@@ -178,6 +178,10 @@ class TargetTick:
     sold_out: bool = False
     per_tick: float = 0.0  # users per tick in force: the batch, less while the shop is unhealthy; 0 paused or sold out
     fenced: tuple[int, int] | None = None  # a failover fenced by this tick: the seqs it may have lost, (from, to]
+    # The sub-lines the target's line spans (docs/sharding.md), and for a sharded one each sub-line's applied tick
+    # (its start, ms) and own mark after this tick: what the pump saw applied there (the failover fence's).
+    shards: int = 1
+    sub_lines: tuple[tuple[int, int], ...] = ()
 
 
 # How to read enter.lua's and status.lua's answers (by tag, then by the field names of chalicelib/scripts.py).

@@ -71,26 +71,28 @@ def _f(name: str, holds: str, writers: str, readers: str = "") -> Field:
 # The operator's settings (chalicelib/target_config.py's TargetConfig, field for field): configure.lua writes them
 # from its settings list; these scripts read them by name.
 _SETTING_READERS = {
-    "batch": "enter.lua status.lua admit.lua adjust_rate.lua line.lua",
-    "tick_ms": "enter.lua status.lua admit.lua adjust_rate.lua leave.lua line.lua",
+    "batch": "enter.lua status.lua admit.lua adjust_rate.lua line.lua front.lua",
+    "tick_ms": "enter.lua status.lua admit.lua adjust_rate.lua leave.lua line.lua front.lua",
     "max_waiting": "enter.lua admit.lua",
-    "max_active": "enter.lua admit.lua restore.lua",
-    "opens_at_ms": "enter.lua status.lua admit.lua configure.lua line.lua",
+    "max_active": "enter.lua admit.lua restore.lua front.lua",
+    "opens_at_ms": "enter.lua status.lua admit.lua configure.lua line.lua front.lua",
     "closes_at_ms": "enter.lua consume.lua line.lua",
     "display_name": "",
     "image_url": "",
-    "paused": "enter.lua status.lua admit.lua consume.lua configure.lua line.lua",
-    "sold_out": "enter.lua status.lua admit.lua consume.lua configure.lua line.lua",
+    "paused": "enter.lua status.lua admit.lua consume.lua configure.lua line.lua front.lua",
+    "sold_out": "enter.lua status.lua admit.lua consume.lua configure.lua line.lua front.lua",
     "invite_only": "enter.lua",
     "safety_net": "enter.lua admit.lua",
-    "slo_p95_ms": "admit.lua adjust_rate.lua",
-    "slo_error_rate": "admit.lua adjust_rate.lua",
-    "shards": "enter.lua status.lua leave.lua consume.lua store.py",
+    "slo_p95_ms": "admit.lua adjust_rate.lua front.lua",
+    "slo_error_rate": "admit.lua adjust_rate.lua front.lua",
+    "shards": "enter.lua status.lua leave.lua consume.lua admit.lua line.lua front.lua store.py",
 }
 SETTINGS: tuple[Field, ...] = tuple(
     _f(
         name,
         "the operator's setting (docs/api.md: the configuration)",
+        # The pump copies a sold out one sub-line's purchase set to the others; the store writes a given-up
+        # sub-line's count (docs/sharding.md).
         "configure.lua" + {"sold_out": " observe_purchase.lua store.py", "shards": " store.py"}.get(name, ""),
         readers + " target_config.py",
     )
@@ -140,7 +142,17 @@ TARGET_KEYS: tuple[Key, ...] = (
         "user id -> seq: the fixed place in line (admitted users stay until they collect their token)",
         IDLE + ", at each registration and on an emptied line (enter.lua), with the mark at a restore (status.lua)",
         ("enter.lua", "status.lua", "leave.lua", "admit.lua", "evict.lua"),
-        ("enter.lua", "status.lua", "leave.lua", "admit.lua", "evict.lua", "restore.lua", "stats.lua", "line.lua"),
+        (
+            "enter.lua",
+            "status.lua",
+            "leave.lua",
+            "admit.lua",
+            "evict.lua",
+            "restore.lua",
+            "stats.lua",
+            "line.lua",
+            "front.lua",
+        ),
         "FIFO",
         slid=True,
     ),
@@ -171,7 +183,17 @@ TARGET_KEYS: tuple[Key, ...] = (
         "the admitted mark: a user whose seq <= mark is admitted; a new line's starts just below its first seq",
         IDLE,
         ("enter.lua", "admit.lua", "raise_mark.lua"),
-        ("enter.lua", "status.lua", "admit.lua", "raise_mark.lua", "restore.lua", "stats.lua", "leave.lua", "line.lua"),
+        (
+            "enter.lua",
+            "status.lua",
+            "admit.lua",
+            "raise_mark.lua",
+            "restore.lua",
+            "stats.lua",
+            "leave.lua",
+            "line.lua",
+            "front.lua",
+        ),
         "Rate",
         slid=True,
     ),
@@ -181,7 +203,7 @@ TARGET_KEYS: tuple[Key, ...] = (
         "the start (ms) of the last applied tick: each tick applies once",
         IDLE,
         ("admit.lua", "raise_mark.lua"),
-        ("admit.lua", "raise_mark.lua", "stats.lua"),
+        ("admit.lua", "raise_mark.lua", "stats.lua", "front.lua"),
         "Rate",
     ),
     Key(
@@ -256,11 +278,29 @@ TARGET_KEYS: tuple[Key, ...] = (
     Key(
         "line",
         "string",
-        "the line's public state, JSON: the answer of GET .../line (docs/api.md)",
+        "the line's public state, JSON: the answer of GET .../line (docs/api.md); a sharded line's is sub-line 0's, "
+        "merged from every sub-line's by the pump",
         IDLE + ", at each tick",
-        ("line.lua",),
+        ("line.lua", "store.py"),
         ("store.py",),
         "Capacity",
+    ),
+    Key(
+        "plan",
+        "hash",
+        "a sharded line's last tick plan, on sub-line 0 (docs/sharding.md): recorded once per tick, applied by every "
+        "sub-line",
+        IDLE + ", at each tick",
+        ("plan.lua",),
+        ("front.lua", "plan.lua"),
+        "Rate",
+        fields=(
+            _f("tick_ms", "the plan's tick (its start, ms)", "plan.lua", "plan.lua sharding.py"),
+            _f("cutoff", "the highest seq any plan admitted: the line's mark", "plan.lua", "sharding.py"),
+            _f("carry", "below the batch, the fraction of a user a tick admits later", "plan.lua", "sharding.py"),
+            _f("shares", "per sub-line, comma-separated, the users this tick admits there", "plan.lua", "sharding.py"),
+            _f("throughs", "...and the highest seq each share reaches", "plan.lua", "sharding.py"),
+        ),
     ),
     Key(
         "fence",
@@ -310,7 +350,7 @@ TARGET_KEYS: tuple[Key, ...] = (
         "user id -> expiry of an issued, unused token (for `maxActive`)",
         IDLE + ", and at least a restored token's life (restore.lua)",
         ("enter.lua", "status.lua", "leave.lua", "consume.lua", "restore.lua", "admit.lua"),
-        ("enter.lua", "admit.lua", "restore.lua", "stats.lua"),
+        ("enter.lua", "admit.lua", "restore.lua", "stats.lua", "front.lua"),
         "Capacity",
         slid=True,
     ),
@@ -361,6 +401,7 @@ TARGET_KEYS: tuple[Key, ...] = (
             "stats.lua",
             "leave.lua",
             "line.lua",
+            "front.lua",
         ),
         "Capacity",
         fields=(
@@ -413,10 +454,15 @@ TARGET_KEYS: tuple[Key, ...] = (
         "the opening draw's record: the pre-queue's block of seqs, then what the opening revealed",
         IDLE + ", from the first pre-queue entry",
         ("enter.lua", "admit.lua"),
-        ("enter.lua", "status.lua", "admit.lua", "stats.lua", "line.lua"),
+        ("enter.lua", "status.lua", "admit.lua", "stats.lua", "line.lua", "front.lua"),
         "The opening draw",
         fields=(
-            _f("opens_at_ms", "the opening it records", "admit.lua", "enter.lua status.lua admit.lua line.lua"),
+            _f(
+                "opens_at_ms",
+                "the opening it records",
+                "admit.lua",
+                "enter.lua status.lua admit.lua line.lua front.lua",
+            ),
             _f(
                 "first",
                 "the lowest seq of the block the pre-queue's places are drawn in...",
@@ -435,7 +481,7 @@ TARGET_KEYS: tuple[Key, ...] = (
                 "state",
                 "`done` once the opening made the pre-queue the line",
                 "admit.lua",
-                "enter.lua status.lua admit.lua queue.py line.lua",
+                "enter.lua status.lua admit.lua queue.py line.lua front.lua",
             ),
             _f("seed", "its seed, revealed at the opening", "admit.lua", "queue.py"),
             _f(
@@ -497,14 +543,14 @@ TARGET_KEYS: tuple[Key, ...] = (
         "the rate the shop's health allows, with an originSlo (docs/origin-slo.md)",
         IDLE_ON_WRITE + " (each tick's adjustment)",
         ("adjust_rate.lua",),
-        ("adjust_rate.lua", "admit.lua", "stats.lua"),
+        ("adjust_rate.lua", "admit.lua", "stats.lua", "front.lua"),
         "Rate",
         fields=(
             _f(
                 "allowed",
                 "users per tick the shop's health allows",
                 "adjust_rate.lua",
-                "adjust_rate.lua admit.lua store.py",
+                "adjust_rate.lua admit.lua store.py front.lua",
             ),
             _f("tick", "the start (ms) of the tick last adjusted", "adjust_rate.lua", "adjust_rate.lua"),
             _f("changed_at", "the last change (ms)", "adjust_rate.lua", "adjust_rate.lua"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from redis.exceptions import LockNotOwnedError
@@ -19,6 +20,7 @@ from chalicelib.config import Settings
 from chalicelib.events import Publisher, PublisherLoop
 from chalicelib.observability import NAMESPACE, SERVICE, count, logger
 from chalicelib.redis_connection import MOVING, REDIS_FAILURES, is_cluster
+from chalicelib.sharding import sub_line, target_of
 from chalicelib.store import PumpRules, QueueStore
 from chalicelib.targets import Target
 
@@ -73,11 +75,12 @@ class Pump:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         publisher: Publisher | None = None,
-        seen: dict[Target, tuple[int, int]] | None = None,
+        seen: dict[Any, tuple[int, int]] | None = None,
     ) -> None:
         self.store = store
-        # Per target, the last tick (its start, ms) and mark this pump saw applied: a node holding less lost writes to
-        # a failover, and the next tick fences it (admit.lua). Kept across invocations of a warm container (app.py).
+        # Per sub-line (sharding.sub_line: the target itself for a one-line target), the last tick (its start, ms)
+        # and mark this pump saw applied: a node holding less lost writes to a failover, and the next tick fences it
+        # (admit.lua). Kept across invocations of a warm container (app.py).
         self.seen = {} if seen is None else seen
         # State-change events go out beside the ticks, while this pump holds the lock (chalicelib/events.py).
         self.events = (
@@ -210,7 +213,8 @@ class Pump:
                 forgotten = self.store.forget_targets(idle)
                 for target in forgotten:
                     # Its keys expire once idle: a new line there starts afresh, and is no failover to fence.
-                    self.seen.pop(target, None)
+                    for key in [key for key in self.seen if target_of(key) == target]:
+                        del self.seen[key]
                 logger.info("forgot idle targets", extra={"targets": [str(t) for t in forgotten]})
             except REDIS_FAILURES:
                 # Harmless: the target is visited again next tick and forgotten then.
@@ -228,10 +232,12 @@ class Pump:
                 "failover fenced: the node had lost writes; seqs in the range may have been lost",
                 extra={"target": str(target), "lost_seqs_from": lost_from, "lost_seqs_to": lost_to},
             )
-        # Whatever this call did, the node now holds this tick (admit.lua applies it or found it applied).
+        # Whatever this call did, the node now holds this tick (admit.lua applies it or found it applied); each
+        # sub-line of a sharded line its own mark, and the plan's tick.
         tick = result.server_ms // result.tick_ms * result.tick_ms
-        seen_tick, seen_mark = self.seen.get(target, (0, 0))
-        self.seen[target] = (max(seen_tick, tick), max(seen_mark, result.mark))
+        for shard, (held_tick, mark) in enumerate(result.sub_lines or ((tick, result.mark),)):
+            seen_tick, seen_mark = self.seen.get(sub_line(target, shard), (0, 0))
+            self.seen[sub_line(target, shard)] = (max(seen_tick, held_tick), max(seen_mark, mark))
 
     def _targets(self) -> Mapping[Target, int | None]:
         """The registered targets, with their registrations' nonces. While the registry's node cannot be reached (a
@@ -242,7 +248,7 @@ class Pump:
             if not self.seen or not is_cluster(self.store.client):
                 raise
             logger.warning("the target registry cannot be read; ticking the targets seen before")
-            return dict.fromkeys(self.seen)
+            return dict.fromkeys(target_of(key) for key in self.seen)
 
     def _has_work(self) -> bool:
         try:

@@ -42,6 +42,7 @@ class QueueKeys:
         self.passed = f"{self.base}:passed"
         self.window = f"{self.base}:window"
         self.line = f"{self.base}:line"
+        self.plan = f"{self.base}:plan"
 
     def token(self, user_id: str) -> str:
         # After the target's hash tag: a brace in a user id cannot move the key to another slot.

@@ -8,6 +8,7 @@ pipelining scripts in scripts.py.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -35,6 +36,7 @@ from chalicelib.redis_connection import (
     is_cluster,
 )
 from chalicelib.scripts import Call, load_script, run_pipelined
+from chalicelib.sharding import PAUSED, SOLD_OUT, Front, Plan, front_of, merged_line, plan_of, sub_line
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig
 from chalicelib.targets import Target, parse_target
 from chalicelib.tokens import EntryGrant, EntryToken, GrantTerms, QueueTicket
@@ -133,7 +135,7 @@ class QueueStore:
         self.keys: Callable[..., QueueKeys] = functools.lru_cache(maxsize=4096)(functools.partial(QueueKeys, prefix))
         # Each target's count of sub-lines as this container last learnt it (docs/sharding.md): a request routes by
         # it without asking, and the script it reaches refuses another count than its sub-line's, which then is
-        # learnt here. Insertion-ordered and bounded: the oldest learnt is forgotten first (and counts as 1 again).
+        # learnt here; each pump tick learns what the configuration says then. Insertion-ordered and bounded: the oldest learnt is forgotten first (and counts as 1 again).
         self._shards: dict[Target, int] = {}
         self._enter = load_script(client, "enter")
         self._status = load_script(client, "status")
@@ -143,6 +145,8 @@ class QueueStore:
         self._admit = load_script(client, "admit")
         self._evict = load_script(client, "evict")
         self._line = load_script(client, "line")
+        self._front = load_script(client, "front")
+        self._plan = load_script(client, "plan")
         self._forget_target = load_script(client, "forget_target")
         self._consume = load_script(client, "consume")
         self._restore = load_script(client, "restore")
@@ -904,106 +908,68 @@ class QueueStore:
         return sorted(self._guarded(self.registered_targets))
 
     def admit_and_evict_all(
-        self, targets: Sequence[Target], rules: PumpRules, seen: Mapping[Target, tuple[int, int]] | None = None
+        self,
+        targets: Sequence[Target],
+        rules: PumpRules,
+        seen: Mapping[Any, tuple[int, int]] | None = None,
     ) -> dict[Target, TargetTick | Exception]:
-        """One pump tick for every target, all in one round trip: evict users who stopped polling, then admit.
+        """One pump tick for every target, evicting users who stopped polling, then admitting.
 
         Evicting first keeps this tick's admissions for users still waiting. A target whose scripts fail
-        gets its error back instead of a result, so it cannot stop the others. `seen` holds, per target, the last
-        tick (its start, ms) and mark the pump saw applied: a node holding less is fenced (admit.lua).
+        gets its error back instead of a result, so it cannot stop the others. `seen` holds, per sub-line
+        (`sharding.sub_line`), the last tick (its start, ms) and mark the pump saw applied: a node holding less is
+        fenced (admit.lua). One-line targets tick in one round trip for all of them, sharded lines in four
+        (`_tick_sharded`). The sub-lines of each target's line are taken as its configuration said at its last
+        tick; a target whose configuration says another count now is ticked again with that count.
         """
         seen = seen or {}
-        calls = []
-        for target in targets:
-            k = self.keys(target)
-            calls.append(
-                self._evict.bind(
-                    waiting=k.waiting,
-                    heartbeat=k.heartbeat,
-                    registered=k.registered,
-                    stats=k.stats,
-                    prequeue=k.prequeue,
-                    events=k.events,
-                    ended=k.ended,
-                    window=k.window,
-                    heartbeat_timeout_ms=rules.heartbeat_timeout_ms,
-                    max_evict=rules.max_evict,
-                    **self.outbox,
+        results, recounted, evicted = self._tick(targets, rules, seen, self._shards)
+        if recounted:
+            again, changed, _ = self._tick(list(recounted), rules, seen, recounted)
+            for target, result in again.items():
+                # What the first look at the target evicted was evicted all the same.
+                results[target] = (
+                    dataclasses.replace(result, evicted=result.evicted + evicted.get(target, 0))
+                    if isinstance(result, TargetTick)
+                    else result
                 )
-            )
-            # Before admitting: this tick admits at the rate the shop's health allows (a no-op without originSlo).
-            calls.append(
-                self._adjust_rate.bind(
-                    config=k.config,
-                    health=k.health,
-                    purchases=k.purchases,
-                    default_tick_ms=rules.tick_ms,
-                    default_batch=rules.batch,
-                    health_ttl_ms=rules.idle_ttl_ms,
-                    **asdict(rules.following),
-                )
-            )
-            calls.append(
-                self._admit.bind(
-                    waiting=k.waiting,
-                    heartbeat=k.heartbeat,
-                    seq=k.seq,
-                    mark=k.mark,
-                    tick=k.tick,
-                    stats=k.stats,
-                    waits=k.waits,
-                    admissions=k.admissions,
-                    config=k.config,
-                    prequeue=k.prequeue,
-                    draw=k.draw,
-                    active=k.active,
-                    health=k.health,
-                    events=k.events,
-                    ended=k.ended,
-                    budget=k.budget,
-                    pace=k.pace,
-                    fence=k.fence,
-                    default_tick_ms=rules.tick_ms,
-                    default_batch=rules.batch,
-                    catchup_ticks=rules.catchup_ticks,
-                    idle_ttl_ms=rules.idle_ttl_ms,
-                    **self.outbox,
-                    seen_tick_ms=seen.get(target, (0, 0))[0],
-                    seen_mark=seen.get(target, (0, 0))[1],
-                    fence_margin_us=FENCE_MARGIN_US,
-                    fence_window_ms=rules.heartbeat_timeout_ms,
-                )
-            )
-            # After admitting: the window and the public state start from the mark this tick moved.
-            calls.append(
-                self._line.bind(
-                    waiting=k.waiting,
-                    heartbeat=k.heartbeat,
-                    mark=k.mark,
-                    window=k.window,
-                    line=k.line,
-                    config=k.config,
-                    pace=k.pace,
-                    draw=k.draw,
-                    default_batch=rules.batch,
-                    default_tick_ms=rules.tick_ms,
-                    presence_window_s=rules.presence_window_s,
-                    read_cap_s=rules.line_read_cap_s,
-                    max_crossings=MAX_CROSSINGS,
-                    points=LINE_POINTS,
-                    idle_ttl_ms=rules.idle_ttl_ms,
-                )
-            )
-        replies = run_pipelined(self.client, calls)
+            for target in changed:
+                results[target] = QueueError(f"{target}'s line changed its sub-lines during the tick")
+        for target, result in results.items():
+            if isinstance(result, TargetTick):
+                # As its configuration said at this tick: a one-line target's next tick never asks.
+                self._learnt(target, result.shards)
+        return results
+
+    def _tick(
+        self,
+        targets: Sequence[Target],
+        rules: PumpRules,
+        seen: Mapping[Any, tuple[int, int]],
+        shards: Mapping[Target, int],
+    ) -> tuple[dict[Target, TargetTick | Exception], dict[Target, int], dict[Target, int]]:
+        """The tick of `targets`, and those whose configuration says another count of sub-lines than `shards`,
+        with that count (nothing admitted) and what was evicted meanwhile."""
+        single = [target for target in targets if shards.get(target, 1) == 1]
+        sharded = {target: shards[target] for target in targets if shards.get(target, 1) > 1}
+        calls = [call for target in single for call in self._single_calls(target, rules, seen)]
+        reads = {target: self._front_calls(target, count, rules) for target, count in sharded.items()}
+        replies = run_pipelined(self.client, calls + [call for read in reads.values() for call in read])
         results: dict[Target, TargetTick | Exception] = {}
-        for target, evicted, adjusted, admitted, lined in zip(
-            targets, replies[0::4], replies[1::4], replies[2::4], replies[3::4], strict=True
+        recounted: dict[Target, int] = {}
+        evicted: dict[Target, int] = {}
+        own = replies[: len(calls)]
+        for target, evicted_now, adjusted, admitted, lined in zip(
+            single, own[0::4], own[1::4], own[2::4], own[3::4], strict=True
         ):
-            error = next((r for r in (evicted, adjusted, admitted, lined) if isinstance(r, Exception)), None)
+            error = next((r for r in (evicted_now, adjusted, admitted, lined) if isinstance(r, Exception)), None)
             if error is not None:
                 results[target] = error
                 continue
-            evict, tick = self._evict.read(evicted), self._admit.read(admitted)
+            evict, tick = self._evict.read(evicted_now), self._admit.read(admitted)
+            if tick.shards != 1:
+                recounted[target], evicted[target] = tick.shards, evict.evicted
+                continue
             results[target] = TargetTick(
                 applied_tick=tick.applied_tick or None,
                 admitted=tick.admitted,
@@ -1022,7 +988,276 @@ class QueueStore:
                 per_tick=float(tick.per_tick),
                 fenced=(tick.fenced_from, tick.fenced_to) if tick.fenced_to else None,
             )
+        at = len(calls)
+        looked: dict[Target, tuple[list[Any], list[Front], Plan | None]] = {}
+        for target, read in reads.items():
+            got, at = replies[at : at + len(read)], at + len(read)
+            error = next((r for r in got if isinstance(r, Exception)), None)
+            if error is not None:
+                results[target] = error
+                continue
+            # Per sub-line: evict and front; sub-line 0's adjust_rate between them.
+            evictions = [self._evict.read(got[0]), *(self._evict.read(r) for r in got[3::2])]
+            fronts = [front_of(self._front.read(got[2])), *(front_of(self._front.read(r)) for r in got[4::2])]
+            if fronts[0].shards != sharded[target]:
+                recounted[target] = fronts[0].shards
+                evicted[target] = sum(e.evicted for e in evictions)
+                continue
+            looked[target] = (evictions, fronts, Plan.recorded(self._front.read(got[2]).plan))
+        results.update(self._tick_sharded(looked, rules, seen))
+        return results, recounted, evicted
+
+    def _single_calls(self, target: Target, rules: PumpRules, seen: Mapping[Any, tuple[int, int]]) -> list[Call]:
+        """A one-line target's tick: evict, follow the shop's health, admit, look at the line."""
+        k = self.keys(target)
+        return [
+            self._evict_call(k, rules),
+            # Before admitting: this tick admits at the rate the shop's health allows (a no-op without originSlo).
+            self._adjust_call(k, rules),
+            self._admit_call(k, rules, seen.get(target, (0, 0))),
+            # After admitting: the window and the public state start from the mark this tick moved.
+            self._line_call(k, rules, publish=True),
+        ]
+
+    def _front_calls(self, target: Target, count: int, rules: PumpRules) -> list[Call]:
+        """A sharded line's first look: every sub-line's eviction and front, sub-line 0's shop's health between."""
+        calls = []
+        for shard in range(count):
+            k = self.keys(target, shard)
+            calls.append(self._evict_call(k, rules))
+            if shard == 0:
+                # The shop's health is judged on sub-line 0: the purchases it sees are a sample of the line's.
+                calls.append(self._adjust_call(k, rules))
+            calls.append(
+                self._front.bind(
+                    waiting=k.waiting,
+                    mark=k.mark,
+                    tick=k.tick,
+                    config=k.config,
+                    active=k.active,
+                    draw=k.draw,
+                    health=k.health,
+                    plan=k.plan,
+                    catchup_ticks=rules.catchup_ticks,
+                    default_tick_ms=rules.tick_ms,
+                    default_batch=rules.batch,
+                )
+            )
+        return calls
+
+    def _tick_sharded(
+        self,
+        looked: Mapping[Target, tuple[list[Any], list[Front], Plan | None]],
+        rules: PumpRules,
+        seen: Mapping[Any, tuple[int, int]],
+    ) -> dict[Target, TargetTick | Exception]:
+        """The rest of the sharded lines' tick (docs/sharding.md), all lines in each round trip: record each line's
+        plan on its sub-line 0 (or take the one recorded); apply it on every sub-line, the last plan first where a
+        pump died before applying it there, and look at each sub-line's line; then write the merged line."""
+        plans = {
+            target: plan_of(fronts, recorded, rules.catchup_ticks) for target, (_, fronts, recorded) in looked.items()
+        }
+        results: dict[Target, TargetTick | Exception] = {}
+        new = [target for target, plan in plans.items() if plan is not looked[target][2]]
+        calls = [
+            self._plan.bind(plan=self.keys(target).plan, **plans[target].args(), idle_ttl_ms=rules.idle_ttl_ms)
+            for target in new
+        ]
+        for target, reply in zip(new, run_pipelined(self.client, calls), strict=True):
+            if isinstance(reply, Exception):
+                results[target] = reply
+            else:
+                # The plan in force: ours, or the one another pump recorded first.
+                plans[target] = Plan.recorded(reply) or plans[target]
+        self._copy_sold_out({target: looked[target][1] for target in plans if target not in results})
+
+        calls = []
+        layout: dict[Target, list[int]] = {}
+        for target, plan in plans.items():
+            if target in results:
+                continue
+            _, fronts, recorded = looked[target]
+            layout[target] = []
+            for shard, front in enumerate(fronts):
+                k = self.keys(target, shard)
+                saw = seen.get(sub_line(target, shard), (0, 0))
+                applied = []
+                if recorded is not None and front.last_tick_ms < recorded.tick_ms < plan.tick_ms:
+                    # A pump recorded the last plan and stopped before this sub-line: it goes first.
+                    applied.append(self._admit_call(k, rules, saw, len(fronts), recorded, shard))
+                applied.append(self._admit_call(k, rules, saw, len(fronts), plan, shard))
+                calls.extend([*applied, self._line_call(k, rules, publish=False)])
+                layout[target].append(len(applied))
+        replies = run_pipelined(self.client, calls)
+
+        at = 0
+        lines = {}
+        for target, counts in layout.items():
+            got = replies[at : at + sum(counts) + len(counts)]
+            at += len(got)
+            error = next((r for r in got if isinstance(r, Exception)), None)
+            if error is not None:
+                results[target] = error
+                continue
+            evictions, fronts, _ = looked[target]
+            admits, states = [], []
+            n = 0
+            for count in counts:
+                admits.append([self._admit.read(r) for r in got[n : n + count]])
+                states.append(self._line.read(got[n + count]).state)
+                n += count + 1
+            if any(tick.shards != len(fronts) for ticks in admits for tick in ticks):
+                results[target] = QueueError(f"{target}'s line changed its sub-lines during the tick")
+                continue
+            plan = plans[target]
+            lines[target] = merged_line(states, plan.cutoff, fronts[0].batch * 1000 / fronts[0].tick_ms)
+            results[target] = self._sharded_result(plan, evictions, fronts, admits)
+        pipe = self.client.pipeline(transaction=False)
+        for target, line in lines.items():
+            pipe.set(self.keys(target).line, line, px=rules.idle_ttl_ms)
+        for target, reply in zip(lines, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, Exception):
+                results[target] = reply
         return results
+
+    @staticmethod
+    def _sharded_result(plan: Plan, evictions: list[Any], fronts: list[Front], admits: list[list[Any]]) -> TargetTick:
+        """What a sharded line's tick did, over all its sub-lines: totals, and each sub-line's tick and mark."""
+        last = [ticks[-1] for ticks in admits]
+        first = last[0]
+        held = any(front.held for front in fronts)
+        fenced = next(((t.fenced_from, t.fenced_to) for ticks in admits for t in ticks if t.fenced_to), None)
+        return TargetTick(
+            applied_tick=plan.tick_ms // first.tick_ms
+            if any(t.applied_tick for ticks in admits for t in ticks)
+            else None,
+            admitted=sum(t.admitted for ticks in admits for t in ticks),
+            mark=plan.cutoff,
+            waiting=sum(t.waiting for t in last),
+            evicted=sum(e.evicted for e in evictions),
+            idle=all(e.idle == 1 for e in evictions),
+            server_ms=fronts[0].server_ms,
+            needs_draw=any(t.needs_draw == 1 for t in last) or any(front.opening for front in fronts),
+            tick_ms=first.tick_ms,
+            batch=first.batch,
+            max_waiting=first.max_waiting or None,
+            max_active=first.max_active or None,
+            paused=any(front.held == PAUSED for front in fronts),
+            sold_out=any(front.held == SOLD_OUT for front in fronts),
+            per_tick=0.0 if held else fronts[0].per_tick,
+            fenced=fenced,
+            shards=len(fronts),
+            # Each sub-line holds the plan's tick now (it applied it, or a later one), and its own mark.
+            sub_lines=tuple(
+                (max(front.last_tick_ms, plan.tick_ms), int(t.mark)) for front, t in zip(fronts, last, strict=True)
+            ),
+        )
+
+    def _copy_sold_out(self, fronts: Mapping[Target, list[Front]]) -> None:
+        """A purchase marks the buyer's sub-line sold out (observe_purchase.lua): the line's other sub-lines follow
+        the same tick. A copy that fails is made again at the next tick."""
+        pipe = self.client.pipeline(transaction=False)
+        for target, sub_lines in fronts.items():
+            if any(front.held == SOLD_OUT for front in sub_lines):
+                for shard, front in enumerate(sub_lines):
+                    if front.held != SOLD_OUT:
+                        pipe.hset(self.keys(target, shard).config, "sold_out", "1")
+        if len(pipe):
+            try:
+                pipe.execute()
+            except REDIS_FAILURES:
+                logger.warning("could not copy sold out to every sub-line", exc_info=True)
+
+    def _evict_call(self, k: QueueKeys, rules: PumpRules) -> Call:
+        return self._evict.bind(
+            waiting=k.waiting,
+            heartbeat=k.heartbeat,
+            registered=k.registered,
+            stats=k.stats,
+            prequeue=k.prequeue,
+            events=k.events,
+            ended=k.ended,
+            window=k.window,
+            heartbeat_timeout_ms=rules.heartbeat_timeout_ms,
+            max_evict=rules.max_evict,
+            **self.outbox,
+        )
+
+    def _adjust_call(self, k: QueueKeys, rules: PumpRules) -> Call:
+        return self._adjust_rate.bind(
+            config=k.config,
+            health=k.health,
+            purchases=k.purchases,
+            default_tick_ms=rules.tick_ms,
+            default_batch=rules.batch,
+            health_ttl_ms=rules.idle_ttl_ms,
+            **asdict(rules.following),
+        )
+
+    def _admit_call(
+        self,
+        k: QueueKeys,
+        rules: PumpRules,
+        saw: tuple[int, int],
+        shards: int = 1,
+        plan: Plan | None = None,
+        shard: int = 0,
+    ) -> Call:
+        """admit.lua on one line, or on one sub-line with its share of `plan`."""
+        share = plan.shares[shard] if plan is not None and shard < len(plan.shares) else 0
+        return self._admit.bind(
+            waiting=k.waiting,
+            heartbeat=k.heartbeat,
+            seq=k.seq,
+            mark=k.mark,
+            tick=k.tick,
+            stats=k.stats,
+            waits=k.waits,
+            admissions=k.admissions,
+            config=k.config,
+            prequeue=k.prequeue,
+            draw=k.draw,
+            active=k.active,
+            health=k.health,
+            events=k.events,
+            ended=k.ended,
+            budget=k.budget,
+            pace=k.pace,
+            fence=k.fence,
+            default_tick_ms=rules.tick_ms,
+            default_batch=rules.batch,
+            catchup_ticks=rules.catchup_ticks,
+            idle_ttl_ms=rules.idle_ttl_ms,
+            **self.outbox,
+            seen_tick_ms=saw[0],
+            seen_mark=saw[1],
+            fence_margin_us=FENCE_MARGIN_US,
+            fence_window_ms=rules.heartbeat_timeout_ms,
+            shards=shards,
+            share=-1 if plan is None else share,
+            through=plan.throughs[shard] if plan is not None and share else 0,
+            plan_tick_ms=0 if plan is None else plan.tick_ms,
+        )
+
+    def _line_call(self, k: QueueKeys, rules: PumpRules, publish: bool) -> Call:
+        return self._line.bind(
+            waiting=k.waiting,
+            heartbeat=k.heartbeat,
+            mark=k.mark,
+            window=k.window,
+            line=k.line,
+            config=k.config,
+            pace=k.pace,
+            draw=k.draw,
+            default_batch=rules.batch,
+            default_tick_ms=rules.tick_ms,
+            presence_window_s=rules.presence_window_s,
+            read_cap_s=rules.line_read_cap_s,
+            max_crossings=MAX_CROSSINGS,
+            points=LINE_POINTS,
+            idle_ttl_ms=rules.idle_ttl_ms,
+            publish=1 if publish else 0,
+        )
 
     def forget_targets(self, nonces: Mapping[Target, int]) -> list[Target]:
         """Drop idle targets from the registry, each only if it was not registered again since `nonces` was read."""

@@ -2,6 +2,8 @@
 -- tick is applied at most once: running this again within an applied tick changes nothing.
 -- Paused or sold out (config `paused`, `sold_out`), a tick admits nobody and still counts as applied, so resuming
 -- goes on at the rate rather than catching up on the pause.
+-- A sub-line of a sharded line (docs/sharding.md) applies the pump's plan instead: its share of the tick, up to the
+-- seq the plan's merge reached on it, at the plan's tick; the pump planned the rate, maxActive and the hold.
 -- KEYS[1] waiting     zset: user id -> seq (admitted users stay until they collect their token)
 -- KEYS[2] heartbeat   zset: user id -> last poll time (ms)
 -- KEYS[3] seq         the last sequence number handed out
@@ -13,7 +15,7 @@
 -- KEYS[8] admissions  list of 'tick start (ms):admitted:ticks covered' for the last minute's ticks that left users
 --                     waiting
 -- KEYS[9] config      hash: the target's own batch, tick_ms, max_active, opens_at_ms, max_waiting, paused, sold_out,
---                     slo_p95_ms, slo_error_rate, safety_net (else the defaults below); draw_seed and
+--                     slo_p95_ms, slo_error_rate, safety_net, shards (else the defaults below); draw_seed and
 --                     draw_commitment, revealed (and taken out) at the opening
 -- KEYS[10] prequeue   zset: user id -> drawn seq, before opening: the line's from the opening on
 -- KEYS[11] draw       hash: the opening draw's record: opens_at_ms, state ('done': opened), and the revealed seed,
@@ -43,21 +45,32 @@
 -- ARGV[8] seen_mark        the mark it saw then (0: none)
 -- ARGV[9] fence_margin_us  how far above the server clock a fence raises the seq (us)
 -- ARGV[10] fence_window_ms how long after a fence status.lua restores an entry the mark passed among the seqs lost
+-- ARGV[11] shards          the sub-lines the pump takes the line to span: another count in the config writes nothing
+-- ARGV[12] share           the plan's share of this sub-line: most users to admit (-1: no plan, admit at the rate)
+-- ARGV[13] through         ...none with a seq above this one
+-- ARGV[14] plan_tick_ms    ...the plan's tick (its start, ms), applied at most once like any tick
 -- Returns {applied_tick, admitted, mark, waiting, server_ms, needs_draw, tick_ms, batch, max_waiting, max_active,
---   paused, sold_out, per_tick, fenced_from, fenced_to}:
+--   paused, sold_out, per_tick, fenced_from, fenced_to, shards}:
 --   applied tick (0 if already applied), admitted now, mark, waiting not yet admitted, server time (ms), the
 --   opening is still moving the pre-queue into the line (0|1), tick length (ms), batch, max waiting or 0, max active
 --   or 0, paused (0|1), sold out (0|1), users per tick in force (the batch, less while the shop is unhealthy; 0
---   held), and the range of seqs a failover fenced by this call may have lost (0, 0: no fence)
+--   held), the range of seqs a failover fenced by this call may have lost (0, 0: no fence), and the sub-lines the
+--   config says the line spans (not ARGV's: nothing was done)
 local waiting, heartbeat, seq, mark, tick, stats, waits, admissions, config, prequeue, draw, active, health,
   events, ended, budget, pace, fence = unpack(KEYS)
 local default_tick_ms, default_batch, catchup_ticks, idle_ttl_ms, outbox_cap, outbox_ttl_ms, seen_tick_ms, seen_mark,
-  fence_margin_us, fence_window_ms = unpack(ARGV)
+  fence_margin_us, fence_window_ms, shards, share, through, plan_tick_ms = unpack(ARGV)
 local emit = outbox(events, stats, outbox_cap, outbox_ttl_ms)
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local config_values = redis.call('HMGET', config, 'batch', 'tick_ms', 'max_active', 'opens_at_ms', 'max_waiting',
-  'paused', 'sold_out', 'slo_p95_ms', 'slo_error_rate', 'safety_net')
+  'paused', 'sold_out', 'slo_p95_ms', 'slo_error_rate', 'safety_net', 'shards')
+local spans = tonumber(config_values[11] or '1')
+if spans ~= tonumber(shards) then
+  -- The pump took the line for another count of sub-lines: it ticks again with this one.
+  return {0, 0, 0, 0, now, 0, 0, 0, 0, 0, 0, 0, '0', 0, 0, spans}
+end
+local planned = tonumber(share) >= 0
 local tick_ms = tonumber(config_values[2] or default_tick_ms)
 local batch = tonumber(config_values[1] or default_batch)
 local held = config_values[6] == '1' or config_values[7] == '1'
@@ -65,7 +78,7 @@ local per_tick = batch
 if config_values[8] or config_values[9] then
   per_tick = math.min(batch, tonumber(redis.call('HGET', health, 'allowed') or batch))
 end
-local tick_number = math.floor(now / tick_ms)
+local tick_number = planned and math.floor(tonumber(plan_tick_ms) / tick_ms) or math.floor(now / tick_ms)
 -- Kept as a time, not a tick number, so a change of tick length never replays or skips a tick.
 local last = tonumber(redis.call('GET', tick))
 local mark_text = redis.call('GET', mark) or '0'
@@ -99,7 +112,7 @@ end
 local function answer(applied_tick, admitted, waiting_now, needs_draw)
   return {applied_tick, admitted, tonumber(mark_text), waiting_now, now, needs_draw, tick_ms, batch,
     tonumber(config_values[5] or '0'), tonumber(config_values[3] or '0'), config_values[6] == '1' and 1 or 0,
-    config_values[7] == '1' and 1 or 0, held and '0' or tostring(per_tick), fenced_from, fenced_to}
+    config_values[7] == '1' and 1 or 0, held and '0' or tostring(per_tick), fenced_from, fenced_to, spans}
 end
 local collecting = redis.call('ZCOUNT', waiting, '-inf', mark_text)
 local waiting_count = redis.call('ZCARD', waiting) - collecting
@@ -201,28 +214,34 @@ if waiting_count > 0 then
   redis.call('HINCRBY', stats, 'waiting_user_ms', waiting_count * (last and tick_number * tick_ms - last or tick_ms))
 end
 -- What these ticks may admit. Below the batch, users per tick may be fractional: the fraction carries over to the
--- next tick.
-local allowance = per_tick * covered
-if per_tick < batch then
-  allowance = allowance + tonumber(redis.call('HGET', pace, 'carry') or '0')
-end
--- What the safety net admitted since the last applied tick came out of these ticks' budget.
-local net = tick_budget(budget, idle_ttl_ms)
-local passed = net.spent(tick_number * tick_ms, covered)
-allowance = math.max(0, allowance - passed)
-local admitted = math.min(math.floor(allowance), waiting_count)
-if held then
-  admitted = 0
-elseif per_tick < batch then
-  redis.call('HSET', pace, 'carry', admitted < waiting_count and tostring(allowance - admitted) or '0')
-end
--- maxActive: admitted users not done with their turn (still collecting, or holding a live unused token)
--- take up room.
-local max_active = tonumber(config_values[3])
-if max_active then
-  redis.call('ZREMRANGEBYSCORE', active, '-inf', now)
-  local active_count = collecting + redis.call('ZCARD', active)
-  admitted = math.max(0, math.min(admitted, max_active - active_count))
+-- next tick. A planned tick admits its share: the pump counted the rate, the hold and maxActive over all sub-lines.
+local admitted, net, passed
+if planned then
+  admitted = math.min(tonumber(share), redis.call('ZCOUNT', waiting, '(' .. mark_text, through))
+  passed = 0
+else
+  local allowance = per_tick * covered
+  if per_tick < batch then
+    allowance = allowance + tonumber(redis.call('HGET', pace, 'carry') or '0')
+  end
+  -- What the safety net admitted since the last applied tick came out of these ticks' budget.
+  net = tick_budget(budget, idle_ttl_ms)
+  passed = net.spent(tick_number * tick_ms, covered)
+  allowance = math.max(0, allowance - passed)
+  admitted = math.min(math.floor(allowance), waiting_count)
+  if held then
+    admitted = 0
+  elseif per_tick < batch then
+    redis.call('HSET', pace, 'carry', admitted < waiting_count and tostring(allowance - admitted) or '0')
+  end
+  -- maxActive: admitted users not done with their turn (still collecting, or holding a live unused token)
+  -- take up room.
+  local max_active = tonumber(config_values[3])
+  if max_active then
+    redis.call('ZREMRANGEBYSCORE', active, '-inf', now)
+    local active_count = collecting + redis.call('ZCARD', active)
+    admitted = math.max(0, math.min(admitted, max_active - active_count))
+  end
 end
 -- Places a fence's restore admitted that the old primary had not (status.lua) were admitted past the batch: they
 -- take these slots, so the rate holds over the failover. The mark meanwhile passes lost seqs whose holders have not

@@ -6,7 +6,7 @@
 -- KEYS[3] mark        admitted mark: a user whose seq <= mark is admitted
 -- KEYS[4] window      the presence window's edge: the highest seq inside it (never moves back)
 -- KEYS[5] line        the line's public state, JSON (the /line answer but its serverTimeMs)
--- KEYS[6] config      hash: the target's own batch, tick_ms, paused, sold_out, opens_at_ms, closes_at_ms
+-- KEYS[6] config      hash: the target's own batch, tick_ms, paused, sold_out, opens_at_ms, closes_at_ms, shards
 -- KEYS[7] pace        hash: `rate`, admissions per second measured by the pump (admit.lua)
 -- KEYS[8] draw        hash: opens_at_ms and state ('done' once the opening made the pre-queue the line)
 -- ARGV[1] default_batch      default batch
@@ -16,14 +16,17 @@
 -- ARGV[5] max_crossings      most places whose heartbeat clock one call starts
 -- ARGV[6] points             points of the line's shape (one every 1/points of the waiting)
 -- ARGV[7] idle_ttl_ms        idle TTL (ms)
--- Returns {edge, crossed, waiting}: the window's edge, places that crossed into it now, users waiting
+-- ARGV[8] publish            1: write the state to `line`; 0: answer it (a sub-line's, which the pump merges with the
+--                            others': docs/sharding.md). A line the config says is sharded never writes its own.
+-- Returns {edge, crossed, waiting, state}: the window's edge, places that crossed into it now, users waiting, and
+--   the state unless it was written ('')
 local waiting, heartbeat, mark, window, line, config, pace, draw = unpack(KEYS)
 local default_batch, default_tick_ms, presence_window_s, read_cap_s, max_crossings, points,
-  idle_ttl_ms = unpack(ARGV)
+  idle_ttl_ms, publish = unpack(ARGV)
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local batch, tick_ms, paused, sold_out, opens_at, closes_at = unpack(redis.call('HMGET', config, 'batch', 'tick_ms',
-  'paused', 'sold_out', 'opens_at_ms', 'closes_at_ms'))
+local batch, tick_ms, paused, sold_out, opens_at, closes_at, shards = unpack(redis.call('HMGET', config, 'batch',
+  'tick_ms', 'paused', 'sold_out', 'opens_at_ms', 'closes_at_ms', 'shards'))
 local rate = tonumber(redis.call('HGET', pace, 'rate')
   or tonumber(batch or default_batch) * 1000 / tonumber(tick_ms or default_tick_ms))
 local mark_text = redis.call('GET', mark) or '0'
@@ -95,8 +98,12 @@ if waiting_count > 0 then
     shape[#shape + 1] = '["' .. seq_at(collecting + waiting_count - 1) .. '",' .. (waiting_count - 1) .. ']'
   end
 end
-redis.call('SET', line, '{"asOfMs":' .. string.format('%d', now) .. ',"state":"' .. state .. '","mark":"'
-  .. mark_text .. '","ratePerSec":' .. string.format('%.3f', held and 0 or rate) .. ',"waitingCount":'
-  .. waiting_count .. ',"presenceWindowS":' .. presence_window_s .. ',"readCapS":' .. read_cap_s
-  .. ',"shape":[' .. table.concat(shape, ',') .. ']}', 'PX', idle_ttl_ms)
-return {edge or '0', crossed, waiting_count}
+local public = '{"asOfMs":' .. string.format('%d', now) .. ',"state":"' .. state .. '","mark":"' .. mark_text
+  .. '","ratePerSec":' .. string.format('%.3f', held and 0 or rate) .. ',"waitingCount":' .. waiting_count
+  .. ',"presenceWindowS":' .. presence_window_s .. ',"readCapS":' .. read_cap_s .. ',"shape":['
+  .. table.concat(shape, ',') .. ']}'
+if publish == '1' and (shards or '1') == '1' then
+  redis.call('SET', line, public, 'PX', idle_ttl_ms)
+  public = ''
+end
+return {edge or '0', crossed, waiting_count, public}

@@ -402,9 +402,9 @@ def test_a_reply_that_spans_lines_is_counted_whole():
     # admit.lua's one answer, over four lines, against a contract a field shorter.
     admit = CONTRACTS["admit"]
     shorter = dataclasses.replace(admit, reply=admit.reply[:-1])
-    assert "the body returns 15 fields, not 14" in contract_problems(lua("admit"), shorter)
+    assert "the body returns 16 fields, not 15" in contract_problems(lua("admit"), shorter)
     # An answer whose length only runs time could tell.
-    assert contract_problems(lua("admit").replace("fenced_from, fenced_to}", "unpack(fenced)}", 1), admit)
+    assert contract_problems(lua("admit").replace("fenced_to, spans}", "unpack(fenced)}", 1), admit)
 
 
 def test_the_shop_following_rules_are_the_rate_script_s_arguments_by_name():
@@ -455,10 +455,10 @@ def test_the_admitting_keys_and_arguments_go_all_together_after_the_others_or_no
 
 def test_a_reply_is_read_by_name_and_a_reply_of_another_shape_is_refused():
     admit = Script(None, "admit", "", CONTRACTS["admit"])
-    tick = admit.read(list(range(15)))
+    tick = admit.read(list(range(16)))
     assert (tick.applied_tick, tick.mark, tick.per_tick) == (0, 2, 12)
     with pytest.raises(ValueError):
-        admit.read(list(range(14)))
+        admit.read(list(range(15)))
     status = Script(None, "status", "", CONTRACTS["status"])
     assert status.read(["WAITING", 5, 2, "50", 0, "3", "100", "2000", "0", None, None, "7"]).ahead == 2
     assert status.read(["DUE"]).tag == "DUE"
