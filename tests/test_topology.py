@@ -28,7 +28,7 @@ from chalicelib import runtime
 from chalicelib.answers import TargetTick
 from chalicelib.errors import QueueUnavailable
 from chalicelib.pump import Pump
-from chalicelib.queue_keys import QueueKeys
+from chalicelib.queue_keys import QueueKeys, shard_of
 from chalicelib.redis_connection import MOVING_BUDGET_S, connect
 from chalicelib.store import QueueStore
 from chalicelib.target_config import TargetConfig
@@ -45,8 +45,6 @@ CALL_BUDGET_S = MOVING_BUDGET_S + 0.1 + 0.8
 CANDIDATES = [Target(kind, n) for kind in ("limited-drop", "ticketing-event") for n in range(1, 100)]
 FROM_REDIS = {"WAITING", "ADMITTED"}
 TICK_MS, BATCH, CATCHUP_TICKS = 100, 3, 5
-# The moving target: one line, or 3 sub-lines one per node, the one that moves (or loses its node) named.
-LINES = [pytest.param(1, 0, id="one-line"), pytest.param(3, 1, id="sub-line-1-of-3")]
 
 
 def slot_of(target: Target, prefix: str, sub_line: int = 0) -> int:
@@ -136,6 +134,15 @@ def assert_nobody_past_the_line(load: Load, moving: Target, untouched: Target, b
     assert not [c for c in after if c.status >= 500], "the moved target still refuses once settled"
 
 
+def assert_the_other_sub_lines_served(load: Load, moving: Target, shards: int, sub_line: int) -> None:
+    """The moving target's users on the sub-lines that stayed put entered, polled, left and bought without a 503
+    throughout: only the moving sub-line's users were refused."""
+    others = [c for c in load.run.calls if c.target == moving and shard_of(str(c.user), shards) != sub_line]
+    assert others, "nobody used the other sub-lines"
+    refused = [c for c in others if c.status >= 500]
+    assert not refused, f"{len(refused)} calls on sub-lines that did not move were refused, e.g. {refused[:3]}"
+
+
 def assert_in_order_at_the_rate(load: Load, moving: Target, shards: int, sub_line: int, ended: float) -> None:
     """The moving target's line admitted in seq order across its sub-lines and never above the rate; while its
     sub-line `sub_line` could not be read the whole line waited (but for the shares of a plan made as it stopped
@@ -212,7 +219,9 @@ def tick_applied(tick: PumpTick, target: Target) -> int | None:
     return result.applied_tick if isinstance(result, TargetTick) else None
 
 
-@pytest.mark.parametrize(("shards", "sub_line"), LINES)
+@pytest.mark.parametrize(
+    ("shards", "sub_line"), [pytest.param(1, 0, id="one-line"), pytest.param(3, 1, id="sub-line-1-of-3")]
+)
 def test_a_classic_slot_migration_mid_sale_lets_nobody_past_the_line(
     env, origin, cluster, prefix, capsys, shards, sub_line
 ):
@@ -229,6 +238,8 @@ def test_a_classic_slot_migration_mid_sale_lets_nobody_past_the_line(
     run = load.run
     assert_nobody_past_the_line(load, moving, untouched, began, ended)
     assert_in_order_at_the_rate(load, moving, shards, sub_line, ended_at)
+    if shards > 1:
+        assert_the_other_sub_lines_served(load, moving, shards, sub_line)
     # The window was real: the moving target's scripts were refused (TRYAGAIN), with 503 and Retry-After.
     refused = [c for c in between(run.calls, began, ended) if c.target == moving and c.status == 503]
     assert refused and {c.answer for c in refused} == {"QUEUE_UNAVAILABLE"}
@@ -255,6 +266,8 @@ def test_an_atomic_slot_migration_mid_sale_lets_nobody_past_the_line(env, origin
     assert cluster.owner(slot) == second
     assert_nobody_past_the_line(load, moving, untouched, began, ended)
     assert_in_order_at_the_rate(load, moving, shards, sub_line, ended_at)
+    if shards > 1:
+        assert_the_other_sub_lines_served(load, moving, shards, sub_line)
 
 
 @pytest.mark.parametrize(
@@ -285,6 +298,8 @@ def test_a_primary_killed_mid_sale_and_its_replica_promoted_lets_nobody_past_the
         ended_at = time.time()
     assert_nobody_past_the_line(load, moving, untouched, began, ended)
     assert_in_order_at_the_rate(load, moving, shards, sub_line, ended_at)
+    if shards > 1:
+        assert_the_other_sub_lines_served(load, moving, shards, sub_line)
 
 
 def test_the_pump_ticks_the_live_nodes_while_its_clients_default_node_is_down(env, replicated_cluster, prefix):
