@@ -11,7 +11,7 @@ from typing import Any
 
 from chalicelib import runtime
 from chalicelib.errors import QueueError
-from chalicelib.pump import Pump
+from chalicelib.pump import Pump, TickReport
 from chalicelib.targets import Target
 from tests.support.buying import request_for
 
@@ -166,6 +166,30 @@ class Load:
         elif entry.status in ("ADMITTED", "DIRECT_ADMITTED"):
             u.state, u.token = "holding", entry.entry_token
             call.token_id = entry.entry_token.token_id
+
+
+@dataclass(frozen=True)
+class PumpTick:
+    """One tick of a RecordedPump: its span on the machine's clock, which is the clock the loopback servers' TIME
+    reads (so a script's server time falls within the tick that ran it), and what it reported."""
+
+    started: float
+    ended: float
+    report: TickReport
+
+
+class RecordedPump(Pump):
+    """A pump that keeps every tick it makes (`ticks`), to match what the sub-lines record against its ticks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticks: list[PumpTick] = []
+
+    def tick(self) -> TickReport:
+        started = time.time()
+        report = super().tick()
+        self.ticks.append(PumpTick(started, time.time(), report))
+        return report
 
 
 def between(calls: list[Call], start: float, end: float) -> list[Call]:

