@@ -6,16 +6,19 @@ import pytest
 
 from chalicelib import polling
 from chalicelib.target_config import MAX_SHARDS
+from chalicelib.targets import Target
 from infra.sim.pacing_model import (
     EDGE_LINE,
     ENTER_US,
     LINE_MAX_AGE_S,
+    SALE_TARGET,
     SHARD_HEADROOM,
     TODAY,
     WAITING_BYTES,
     Protocol,
     Sale,
     advice_s,
+    busiest_node,
     model,
     shard_plan,
 )
@@ -109,3 +112,14 @@ def test_a_sharded_lines_polls_spread_over_its_nodes():
     plan = shard_plan(100_000, 1.0, figures["origin_peak_per_s_in_line"])
     assert plan["shards"] == 9
     assert plan["node_in_line_peak_per_s"] == round(figures["origin_peak_per_s_in_line"] / 9)
+
+
+def test_on_evenly_split_slots_a_node_may_hold_several_sub_lines_and_the_plan_says_its_load():
+    assert busiest_node(SALE_TARGET, 1, 3) == 1 and busiest_node(SALE_TARGET, 64, 1) == 64
+    # Where each sub-line falls follows from its slot: across targets, 9 sub-lines never find 9 nodes of their own.
+    held = [busiest_node(Target("limited-drop", n), 9, 9) for n in range(1, 201)]
+    assert min(held) >= 2
+    plan = shard_plan(1_000_000, 10)
+    busiest = busiest_node(SALE_TARGET, 9, 9)
+    assert plan["even_slots_busiest_node"] == busiest
+    assert plan["even_slots_busiest_core_entering"] == round(100_000 * busiest / 9 * ENTER_US / 1e6, 3) > SHARD_HEADROOM

@@ -46,11 +46,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from redis.crc import key_slot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalicelib import polling  # noqa: E402
+from chalicelib.queue_keys import QueueKeys  # noqa: E402
 from chalicelib.target_config import MAX_SHARDS  # noqa: E402
+from chalicelib.targets import Target  # noqa: E402
 from infra.sim.sale_cost import (  # noqa: E402
     CLOUDFRONT_HTTPS_PER_10K,
     CLOUDFRONT_OUT_PER_GB,
@@ -88,6 +91,8 @@ SHAPE_US = 200
 # and as much again in `heartbeat` while in it (docs/benchmarks.md: jemalloc, 36-character ids).
 SHARD_HEADROOM = 0.6
 WAITING_BYTES = (136, 272)
+CLUSTER_SLOTS = 16384
+SALE_TARGET = Target("limited-drop", 1)  # whose sub-lines' slots a plan places, unless told another
 
 # The edge (issue 39): `/line` is cached `max-age=1`; each edge location that serves the crowd asks the origin at
 # most once a max-age (stale-while-revalidate answers meanwhile). An assumption: the crowd reaches this many.
@@ -413,15 +418,18 @@ def shard_plan(
     in_line_peak_per_s: float | None = None,
     enter_us: float = ENTER_US,
     headroom: float = SHARD_HEADROOM,
+    target: Target = SALE_TARGET,
 ) -> dict:
     """A target's line for `users` arriving evenly over `arrival_s`, sharded: the sub-lines its arrivals need, and
-    what each sub-line's node does at the burst's peak (the users spread evenly over the sub-lines: `shard_of`):
-    its enters a second and the share of its core they take, the memory its waiting users hold, and its share of
-    the line's peak origin requests after entering (`in_line_peak_per_s`, the model's polls, purchases and /line
-    misses: None when not modelled)."""
+    what each sub-line's node does at the burst's peak (the users spread evenly over the sub-lines: `shard_of`),
+    each sub-line on a node of its own: its enters a second and the share of its core they take, the memory its
+    waiting users hold, and its share of the line's peak origin requests after entering (`in_line_peak_per_s`, the
+    model's polls, purchases and /line misses: None when not modelled). And where the slots are split evenly over
+    as many nodes, as a new cluster's are, the most of `target`'s sub-lines one node holds, and its core entering."""
     arrivals = users / arrival_s
     shards = shards_for(arrivals, enter_us, headroom)
     waiting = users / shards
+    busiest = busiest_node(target, shards, shards)
     return {
         "users": users,
         "arrival_s": arrival_s,
@@ -432,7 +440,19 @@ def shard_plan(
         "node_core_share_entering": round(arrivals / shards * enter_us / 1e6, 3),
         "node_memory_mb": tuple(round(waiting * size / 1e6, 1) for size in WAITING_BYTES),
         "node_in_line_peak_per_s": None if in_line_peak_per_s is None else round(in_line_peak_per_s / shards),
+        "even_slots_busiest_node": busiest,
+        "even_slots_busiest_core_entering": round(arrivals * busiest / shards * enter_us / 1e6, 3),
     }
+
+
+def busiest_node(target: Target, shards: int, nodes: int) -> int:
+    """The most of `target`'s `shards` sub-lines one node holds on a cluster of `nodes` primaries with the slots
+    split evenly between them, as a new cluster's are: each sub-line lies where its hash tag's slot falls."""
+    per_node = CLUSTER_SLOTS // nodes
+    held = [0] * nodes
+    for shard in range(shards):
+        held[min(key_slot(QueueKeys("", target, shard).waiting.encode()) // per_node, nodes - 1)] += 1
+    return max(held)
 
 
 def shard_table(plans: list[dict], enter_us: float = ENTER_US, headroom: float = SHARD_HEADROOM) -> str:
@@ -446,6 +466,7 @@ def shard_table(plans: list[dict], enter_us: float = ENTER_US, headroom: float =
         "its core entering",
         "memory (136-272 B a user)",
         "polls, purchases, /line misses a second at peak",
+        "slots split evenly: the busiest node's sub-lines (its core entering)",
     ]
     rows = [
         [
@@ -457,6 +478,7 @@ def shard_table(plans: list[dict], enter_us: float = ENTER_US, headroom: float =
             f"{p['node_core_share_entering']:.0%}",
             f"{p['node_memory_mb'][0]:,.0f}-{p['node_memory_mb'][1]:,.0f} MB",
             "-" if p["node_in_line_peak_per_s"] is None else f"{p['node_in_line_peak_per_s']:,}",
+            f"{p['even_slots_busiest_node']} ({p['even_slots_busiest_core_entering']:.0%})",
         ]
         for p in plans
     ]
@@ -562,6 +584,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--headroom", type=float, default=SHARD_HEADROOM, help="the most of a node's core the enters may take"
     )
+    parser.add_argument(
+        "--target",
+        type=lambda text: Target(text.split(":")[0], int(text.split(":")[1])),
+        default=SALE_TARGET,
+        help=f"TYPE:ID, the target whose sub-lines' slots --shards places on evenly split nodes ({SALE_TARGET})",
+    )
     args = parser.parse_args(argv)
     edge = Protocol(edge=True, window_s=args.window_s, line_cap_s=args.line_cap_s)
 
@@ -580,7 +608,8 @@ def main(argv: list[str] | None = None) -> None:
             for arrival_s in args.shards:
                 sale = Sale(users, args.rate, args.tick_s, arrival_s, args.heartbeat_timeout_s)
                 f = model(sale, edge, args.exact, args.seed)
-                plan = shard_plan(users, arrival_s, f["origin_peak_per_s_in_line"], args.enter_us, args.headroom)
+                peak = f["origin_peak_per_s_in_line"]
+                plan = shard_plan(users, arrival_s, peak, args.enter_us, args.headroom, args.target)
                 figures.append(f | {"shard_plan": plan})
         print(shard_table([f["shard_plan"] for f in figures], args.enter_us, args.headroom))
     elif args.caps:
