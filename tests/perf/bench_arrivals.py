@@ -64,7 +64,8 @@ LEAST_CEILING_X = 2.5  # the ceiling at 3 shards, at least this many times 1 sha
 
 def enter_call(store: QueueStore, target: Target, shards: int, user_id: str, now_ms: int, terms: GrantTerms) -> Call:
     """`user_id`'s enter into `target`'s line of `shards` sub-lines: enter.lua on their sub-line, with the keys and
-    arguments `QueueStore.enter` sends (the request path's routing, in one place here until the store routes)."""
+    arguments `QueueStore.enter` sends (the request path's routing, in one place here until the store routes). The
+    registry write a sub-line's first enter asks for (`register`) is left out: once a minute, and not on a sub-line."""
     k = store.keys(target, shard_of(user_id, shards))
     keys, args = store._enter.order(
         waiting=k.waiting,
