@@ -5,14 +5,22 @@ import numpy as np
 import pytest
 
 from chalicelib import polling
+from chalicelib.target_config import MAX_SHARDS
+from chalicelib.targets import Target
 from infra.sim.pacing_model import (
     EDGE_LINE,
+    ENTER_US,
     LINE_MAX_AGE_S,
+    SALE_TARGET,
+    SHARD_HEADROOM,
     TODAY,
+    WAITING_BYTES,
     Protocol,
     Sale,
     advice_s,
+    busiest_node,
     model,
+    shard_plan,
 )
 
 
@@ -74,3 +82,44 @@ def test_a_longer_cap_costs_less_at_the_edge_and_nothing_at_the_origin():
     assert long["edge_requests"] < short["edge_requests"] / 4
     assert long["cost_usd"]["cloudfront_requests"] < short["cost_usd"]["cloudfront_requests"]
     assert long["origin_requests"] == pytest.approx(short["origin_requests"], rel=0.01)
+
+
+@pytest.mark.parametrize("users", [1_000_000, 10_000_000])
+@pytest.mark.parametrize("arrival_s", [1, 10, 100, 1000])
+def test_a_target_gets_as_many_sub_lines_as_its_arrivals_need_and_no_more(users, arrival_s):
+    plan = shard_plan(users, arrival_s)
+    arrivals = users / arrival_s
+    # Each node's core enters at most the headroom; one sub-line fewer would take some past it.
+    assert plan["node_core_share_entering"] <= SHARD_HEADROOM
+    if plan["shards"] > 1:
+        assert arrivals / (plan["shards"] - 1) * ENTER_US / 1e6 > SHARD_HEADROOM
+    assert plan["node_enters_per_s"] == pytest.approx(arrivals / plan["shards"], abs=1)
+    assert plan["node_memory_mb"] == pytest.approx([users / plan["shards"] * b / 1e6 for b in WAITING_BYTES], abs=0.1)
+    assert plan["within_max_shards"] == (plan["shards"] <= MAX_SHARDS)
+
+
+def test_the_shard_count_follows_the_arrivals_not_the_crowd():
+    # 1,000,000 in 10 s: 100,000 enters a second at 50 us are 5 cores; at most 60 % each, 9 sub-lines.
+    assert shard_plan(1_000_000, 10)["shards"] == 9
+    assert shard_plan(10_000_000, 100)["shards"] == 9
+    assert shard_plan(10_000_000, 10)["shards"] == 84
+    assert shard_plan(1_000_000, 1000)["shards"] == 1
+    assert shard_plan(1_000_000, 10, enter_us=25)["shards"] == 5
+
+
+def test_a_sharded_lines_polls_spread_over_its_nodes():
+    figures = model(Sale(100_000, arrival_s=1.0), EDGE_LINE)
+    plan = shard_plan(100_000, 1.0, figures["origin_peak_per_s_in_line"])
+    assert plan["shards"] == 9
+    assert plan["node_in_line_peak_per_s"] == round(figures["origin_peak_per_s_in_line"] / 9)
+
+
+def test_on_evenly_split_slots_a_node_may_hold_several_sub_lines_and_the_plan_says_its_load():
+    assert busiest_node(SALE_TARGET, 1, 3) == 1 and busiest_node(SALE_TARGET, 64, 1) == 64
+    # Where each sub-line falls follows from its slot: across targets, 9 sub-lines never find 9 nodes of their own.
+    held = [busiest_node(Target("limited-drop", n), 9, 9) for n in range(1, 201)]
+    assert min(held) >= 2
+    plan = shard_plan(1_000_000, 10)
+    busiest = busiest_node(SALE_TARGET, 9, 9)
+    assert plan["even_slots_busiest_node"] == busiest
+    assert plan["even_slots_busiest_core_entering"] == round(100_000 * busiest / 9 * ENTER_US / 1e6, 3) > SHARD_HEADROOM

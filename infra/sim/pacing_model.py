@@ -27,6 +27,11 @@ tests/test_pacing_model.py shows the two agree on a smaller crowd.
     python infra/sim/pacing_model.py --users 1000000                      # today's protocol beside the edge line
     python infra/sim/pacing_model.py --sizes 10000 100000 1000000 10000000
     python infra/sim/pacing_model.py --users 1000000 --caps 20 30 60 120 300
+    python infra/sim/pacing_model.py --sizes 1000000 10000000 --shards 10 100   # one target's sub-lines (issue 40)
+
+`--shards` gives, for each crowd arriving over each of those many seconds, the sub-lines its one target needs
+(docs/sharding.md: the arrivals a second over the enters one Redis core serves at SHARD_HEADROOM) and what each
+sub-line's node then does: its enters a second, its waiting users' memory and its share of the edge line's polls.
 """
 
 from __future__ import annotations
@@ -41,10 +46,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from redis.crc import key_slot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from chalicelib import polling  # noqa: E402
+from chalicelib.queue_keys import QueueKeys  # noqa: E402
+from chalicelib.target_config import MAX_SHARDS  # noqa: E402
+from chalicelib.targets import Target  # noqa: E402
 from infra.sim.sale_cost import (  # noqa: E402
     CLOUDFRONT_HTTPS_PER_10K,
     CLOUDFRONT_OUT_PER_GB,
@@ -73,6 +82,17 @@ TICK_US = 87
 # The edge line's shape, written by the pump once a tick: about 100 rank lookups of O(log N). An estimate until
 # `make bench` measures the route (issue 39).
 SHAPE_US = 200
+
+# Sharding one target (docs/sharding.md): each sub-line on a node of its own, one Redis core serves that sub-line's
+# share of the enters and polls. A burst needs as many sub-lines as its arrivals a second over the enters
+# a second one core serves busy at most SHARD_HEADROOM of the time (the rest for the polls, the tick and a node's
+# own work); tests/perf/bench_arrivals.py measured that each of N nodes takes 1/N of a target's enters at the cost
+# of one: the ceiling grows with N. What a waiting user holds on their sub-line's node: 136 bytes in `waiting`,
+# and as much again in `heartbeat` while in it (docs/benchmarks.md: jemalloc, 36-character ids).
+SHARD_HEADROOM = 0.6
+WAITING_BYTES = (136, 272)
+CLUSTER_SLOTS = 16384
+SALE_TARGET = Target("limited-drop", 1)  # whose sub-lines' slots a plan places, unless told another
 
 # The edge (issue 39): `/line` is cached `max-age=1`; each edge location that serves the crowd asks the origin at
 # most once a max-age (stale-while-revalidate answers meanwhile). An assumption: the crowd reaches this many.
@@ -386,6 +406,85 @@ def summary(sale: Sale, protocol: Protocol, series: Series, per_user: dict, depl
     }
 
 
+def shards_for(arrivals_per_s: float, enter_us: float = ENTER_US, headroom: float = SHARD_HEADROOM) -> int:
+    """The sub-lines a target needs for `arrivals_per_s` enters a second: each one's core busy with enters at most
+    `headroom` of the time."""
+    return max(1, math.ceil(arrivals_per_s * enter_us / 1e6 / headroom))
+
+
+def shard_plan(
+    users: int,
+    arrival_s: float,
+    in_line_peak_per_s: float | None = None,
+    enter_us: float = ENTER_US,
+    headroom: float = SHARD_HEADROOM,
+    target: Target = SALE_TARGET,
+) -> dict:
+    """A target's line for `users` arriving evenly over `arrival_s`, sharded: the sub-lines its arrivals need, and
+    what each sub-line's node does at the burst's peak (the users spread evenly over the sub-lines: `shard_of`),
+    each sub-line on a node of its own: its enters a second and the share of its core they take, the memory its
+    waiting users hold, and its share of the line's peak origin requests after entering (`in_line_peak_per_s`, the
+    model's polls, purchases and /line misses: None when not modelled). And where the slots are split evenly over
+    as many nodes, as a new cluster's are, the most of `target`'s sub-lines one node holds, and its core entering."""
+    arrivals = users / arrival_s
+    shards = shards_for(arrivals, enter_us, headroom)
+    waiting = users / shards
+    busiest = busiest_node(target, shards, shards)
+    return {
+        "users": users,
+        "arrival_s": arrival_s,
+        "arrivals_per_s": round(arrivals),
+        "shards": shards,
+        "within_max_shards": shards <= MAX_SHARDS,
+        "node_enters_per_s": round(arrivals / shards),
+        "node_core_share_entering": round(arrivals / shards * enter_us / 1e6, 3),
+        "node_memory_mb": tuple(round(waiting * size / 1e6, 1) for size in WAITING_BYTES),
+        "node_in_line_peak_per_s": None if in_line_peak_per_s is None else round(in_line_peak_per_s / shards),
+        "even_slots_busiest_node": busiest,
+        "even_slots_busiest_core_entering": round(arrivals * busiest / shards * enter_us / 1e6, 3),
+    }
+
+
+def busiest_node(target: Target, shards: int, nodes: int) -> int:
+    """The most of `target`'s `shards` sub-lines one node holds on a cluster of `nodes` primaries with the slots
+    split evenly between them, as a new cluster's are: each sub-line lies where its hash tag's slot falls."""
+    per_node = CLUSTER_SLOTS // nodes
+    held = [0] * nodes
+    for shard in range(shards):
+        held[min(key_slot(QueueKeys("", target, shard).waiting.encode()) // per_node, nodes - 1)] += 1
+    return max(held)
+
+
+def shard_table(plans: list[dict], enter_us: float = ENTER_US, headroom: float = SHARD_HEADROOM) -> str:
+    """A sale a row: its arrivals, the sub-lines they need, and one sub-line's node at the burst's peak."""
+    header = [
+        "users",
+        "arriving over",
+        "arrivals/s",
+        f"shards (enter {enter_us:g} us, core at most {headroom:.0%})",
+        "per node: enters/s",
+        "its core entering",
+        "memory (136-272 B a user)",
+        "polls, purchases, /line misses a second at peak",
+        "slots split evenly: the busiest node's sub-lines (its core entering)",
+    ]
+    rows = [
+        [
+            f"{p['users']:,}",
+            f"{p['arrival_s']:g} s",
+            f"{p['arrivals_per_s']:,}",
+            f"{p['shards']}" + ("" if p["within_max_shards"] else f" (over the {MAX_SHARDS} a target may span)"),
+            f"{p['node_enters_per_s']:,}",
+            f"{p['node_core_share_entering']:.0%}",
+            f"{p['node_memory_mb'][0]:,.0f}-{p['node_memory_mb'][1]:,.0f} MB",
+            "-" if p["node_in_line_peak_per_s"] is None else f"{p['node_in_line_peak_per_s']:,}",
+            f"{p['even_slots_busiest_node']} ({p['even_slots_busiest_core_entering']:.0%})",
+        ]
+        for p in plans
+    ]
+    return _table(header, rows)
+
+
 def _heard(f: dict, where: str) -> str:
     figures = f["sold_out_heard_p50_p95_max_s"][where]
     return "-" if figures is None else " / ".join(f"{x:g}" for x in figures[1:]) + " s"
@@ -473,6 +572,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7, help="the clients' jitter")
     parser.add_argument("--waf-at-edge", action="store_true", help="price the web ACL on the distribution")
     parser.add_argument("--json", type=Path, help="also write every figure here (the cost by item among them)")
+    parser.add_argument(
+        "--shards",
+        type=float,
+        nargs="+",
+        metavar="ARRIVAL_S",
+        help="a table of the sub-lines one target needs for each crowd (--sizes, or --users) arriving over each of "
+        "these many seconds, with the edge line's polls per node",
+    )
+    parser.add_argument("--enter-us", type=float, default=ENTER_US, help="enter.lua's server CPU (us) per enter")
+    parser.add_argument(
+        "--headroom", type=float, default=SHARD_HEADROOM, help="the most of a node's core the enters may take"
+    )
+    parser.add_argument(
+        "--target",
+        type=lambda text: Target(text.split(":")[0], int(text.split(":")[1])),
+        default=SALE_TARGET,
+        help=f"TYPE:ID, the target whose sub-lines' slots --shards places on evenly split nodes ({SALE_TARGET})",
+    )
     args = parser.parse_args(argv)
     edge = Protocol(edge=True, window_s=args.window_s, line_cap_s=args.line_cap_s)
 
@@ -485,7 +602,17 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     print(f"The pacing model, {datetime.now(UTC):%Y-%m-%d}: {command.strip()}")
     print(f"{args.rate:g} admitted a second, heartbeat {args.heartbeat_timeout_s} s, window {args.window_s:g} s")
-    if args.caps:
+    if args.shards:
+        figures = []
+        for users in args.sizes or [args.users]:
+            for arrival_s in args.shards:
+                sale = Sale(users, args.rate, args.tick_s, arrival_s, args.heartbeat_timeout_s)
+                f = model(sale, edge, args.exact, args.seed)
+                peak = f["origin_peak_per_s_in_line"]
+                plan = shard_plan(users, arrival_s, peak, args.enter_us, args.headroom, args.target)
+                figures.append(f | {"shard_plan": plan})
+        print(shard_table([f["shard_plan"] for f in figures], args.enter_us, args.headroom))
+    elif args.caps:
         figures = [run(args.users, replace(edge, line_cap_s=cap)) for cap in args.caps]
         print(cap_table(figures))
     elif args.sizes:

@@ -16,6 +16,8 @@ Runs, one after another against an embedded Valkey of this run's own, each in a 
   bench_line.py        /line's Redis commands; the pump's tick at 1,000,000 waiting against 10,000
   bench_events.py      the outbox: a call's server time with events on against off, publishing rate and delay,
                        outbox memory
+  bench_arrivals.py    one target's enters over a 3-node cluster of its own as its line spans 1, 2, 3 sub-lines:
+                       each node's share and server CPU per enter, the ceiling they give, the wall clock
 Each also runs on its own and writes build/bench_<name>.json; this prints the summary table, writes
 build/bench.json and puts the table in docs/benchmarks.md (between its markers), with the date and the command. A
 quick run writes build/quick/ instead, and fails if the page's table has other sections than the benchmarks print.
@@ -43,7 +45,7 @@ import benchlib  # beside this file
 HERE = benchlib.ROOT / "tests" / "perf"
 PAGE = benchlib.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- figures: written by make bench from build/bench.json -->", "<!-- end of the figures -->"
-BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events", "line")
+BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events", "line", "arrivals")
 STATUS_MOST_US = 25  # the design's bound on status.lua's server CPU per poll
 NOT_MEASURED = "not measured"
 
@@ -79,7 +81,7 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
     def section(title, load=None):
         add(title + (f"  (load average {load['min']}-{load['max']})" if load else ""))
 
-    scripts, request, pump, authorizer, cold, events, line = (r[name] for name in BENCHES)
+    scripts, request, pump, authorizer, cold, events, line, arrivals = (r[name] for name in BENCHES)
     section("REDIS ROUND TRIPS PER CALL (client socket sends)")
     for name, sends in scripts["round_trips"].items():
         if name.startswith("naive"):
@@ -316,6 +318,79 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         f"<= {line['most_x']}x",
         benchlib.verdict(line["tick_large_x_small"], line["most_x"]),
     )
+    return found + arrivals_rows(arrivals)
+
+
+def arrivals_rows(arrivals: dict) -> list[tuple[str, str, str, str | None]]:
+    """bench_arrivals.py's section: per shard count, what each node takes of one target's enters and at what server
+    CPU, the ceiling that gives (1e6 / us per enter / the busiest node's share), and the wall clock here."""
+    shown = benchlib.shown
+    load = arrivals["load_average"]
+    found: list[tuple[str, str, str, str | None]] = [
+        (
+            f"ONE TARGET ACROSS SHARDS: its enters on a {arrivals['nodes']}-node cluster, {arrivals['clients']} "
+            f"clients x {arrivals['pipeline']} in flight  (load average {load['min']}-{load['max']})",
+            "",
+            "",
+            None,
+        )
+    ]
+    within = arrivals["share_within"]
+    for shards, row in arrivals["shards"].items():
+        shares = " / ".join(f"{node['share']['median']:.3f}" for node in row["nodes"].values())
+        found += [
+            (
+                f"  {shards} sub-line(s) on {row['nodes_used']} node(s): each node's share of the enters",
+                shares,
+                "",
+                None,
+            ),
+            (
+                "    the farthest share from 1/N",
+                shown(row["share_off_even"], "", 3),
+                f"<= {within}",
+                benchlib.verdict(row["share_off_even"], within),
+            ),
+            (
+                "    server CPU per enter, the process's (user + sys)",
+                shown(row["cpu_us_per_enter"], " us", 1),
+                "",
+                None,
+            ),
+            ("    server CPU per enter, commandstats usec", shown(row["usec_per_enter"], " us", 1), "", None),
+            (
+                "    ceiling, arrivals/s: 1e6 / CPU per enter / busiest share",
+                shown(row["ceiling_cpu_per_s"], "", 0),
+                "",
+                None,
+            ),
+            ("      by commandstats usec", shown(row["ceiling_per_s"], "", 0), "", None),
+            (
+                "    wall clock here (2 cores for nodes and clients): enters/s",
+                shown(row["enters_per_s"], "", 0),
+                "",
+                None,
+            ),
+        ]
+    most = max(arrivals["shards"], key=int)
+    # Judged by the process's CPU: commandstats' usec is timed by the clock, so it also counts a node's waits for a
+    # core of this machine (bench_arrivals.py).
+    found += [
+        (
+            f"  server CPU per enter, {most} sub-lines x 1",
+            shown(arrivals["cost_x"]),
+            f"<= {arrivals['most_cost_x']}x",
+            benchlib.verdict(arrivals["cost_x"], arrivals["most_cost_x"]),
+        ),
+        ("    by commandstats usec", shown(arrivals["cost_x_usec"]), "", None),
+        (
+            f"  ceiling, {most} sub-lines x 1",
+            shown(arrivals["ceiling_x"]),
+            f">= {arrivals['least_ceiling_x']}x",
+            benchlib.verdict(arrivals["ceiling_x"], least=arrivals["least_ceiling_x"]),
+        ),
+        ("    by commandstats usec", shown(arrivals["ceiling_x_usec"]), "", None),
+    ]
     return found
 
 
