@@ -135,7 +135,8 @@ class QueueStore:
         self.keys: Callable[..., QueueKeys] = functools.lru_cache(maxsize=4096)(functools.partial(QueueKeys, prefix))
         # Each target's count of sub-lines as this container last learnt it (docs/sharding.md): a request routes by
         # it without asking, and the script it reaches refuses another count than its sub-line's, which then is
-        # learnt here; each pump tick learns what the configuration says then. Insertion-ordered and bounded: the oldest learnt is forgotten first (and counts as 1 again).
+        # learnt here; each pump tick learns what the configuration says then. Insertion-ordered and bounded: the
+        # oldest learnt is forgotten first (and counts as 1 again).
         self._shards: dict[Target, int] = {}
         self._enter = load_script(client, "enter")
         self._status = load_script(client, "status")
@@ -191,6 +192,22 @@ class QueueStore:
         invited: bool,
     ) -> Any:
         """enter.lua's reply on `user_id`'s sub-line of a line of `shards`."""
+        call = self.enter_call(target, shards, user_id, now_ms, terms, defaults, decision, invited)
+        return self._enter.read(self._guarded(self._enter.run, call.keys, call.args))
+
+    def enter_call(
+        self,
+        target: Target,
+        shards: int,
+        user_id: str,
+        now_ms: int,
+        terms: GrantTerms,
+        defaults: Defaults,
+        decision: Decision = QUEUED,
+        invited: bool = False,
+    ) -> Call:
+        """enter.lua's call on `user_id`'s sub-line of a line of `shards`, as `enter` sends it (benchmarks pipeline
+        many)."""
         k = self.keys(target, shard_of(user_id, shards))
         keys, args = self._enter.order(
             waiting=k.waiting,
@@ -227,7 +244,7 @@ class QueueStore:
             pass_window_ms=PASS_WINDOW_MS,
             shards=shards,
         )
-        return self._enter.read(self._guarded(self._enter.run, keys, args))
+        return Call(self._enter, keys, args)
 
     def status(
         self,

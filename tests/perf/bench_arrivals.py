@@ -40,11 +40,11 @@ os.environ.update({**benchlib.BASE_ENV, "POWERTOOLS_METRICS_DISABLED": "1"})
 
 from redis import RedisCluster  # noqa: E402
 
-from chalicelib.flags import QUEUED  # noqa: E402
-from chalicelib.queue_keys import QueueKeys, shard_of  # noqa: E402
+from chalicelib import opening  # noqa: E402
+from chalicelib.queue_keys import QueueKeys  # noqa: E402
 from chalicelib.redis_connection import _ScriptKeys  # noqa: E402
 from chalicelib.scripts import Call, run_pipelined  # noqa: E402
-from chalicelib.store import PASS_WINDOW_MS, REGISTRATION_REFRESH_MS, Defaults, QueueStore  # noqa: E402
+from chalicelib.store import Defaults, QueueStore  # noqa: E402
 from chalicelib.target_config import TargetConfig  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib.tokens import GrantTerms  # noqa: E402
@@ -63,66 +63,14 @@ LEAST_CEILING_X = 2.5  # the ceiling at 3 shards, at least this many times 1 sha
 
 
 def enter_call(store: QueueStore, target: Target, shards: int, user_id: str, now_ms: int, terms: GrantTerms) -> Call:
-    """`user_id`'s enter into `target`'s line of `shards` sub-lines: enter.lua on their sub-line, with the keys and
-    arguments `QueueStore.enter` sends (the request path's routing, in one place here until the store routes). The
-    registry write a sub-line's first enter asks for (`register`) is left out: once a minute, and not on a sub-line."""
-    k = store.keys(target, shard_of(user_id, shards))
-    keys, args = store._enter.order(
-        waiting=k.waiting,
-        heartbeat=k.heartbeat,
-        seq=k.seq,
-        mark=k.mark,
-        token=k.token(user_id),
-        registered=k.registered,
-        stats=k.stats,
-        config=k.config,
-        prequeue=k.prequeue,
-        draw=k.draw,
-        active=k.active,
-        budget=k.budget,
-        events=k.events,
-        pace=k.pace,
-        passed=k.passed,
-        user_id=user_id,
-        now_ms=now_ms,
-        default_max_waiting=DEFAULTS.max_waiting,
-        idle_ttl_ms=DEFAULTS.idle_ttl_ms,
-        entry_key=terms.entry_key,
-        grant_expires_s=terms.expires_at,
-        grant_ttl_ms=terms.expires_at * 1000 - now_ms,
-        grant_expires_ms=terms.expires_at * 1000,
-        registration_refresh_ms=REGISTRATION_REFRESH_MS,
-        default_batch=DEFAULTS.batch,
-        default_tick_ms=DEFAULTS.tick_ms,
-        open_on_first_use=int(DEFAULTS.open_on_first_use),
-        invited=0,
-        **store.outbox,
-        flag_version=QUEUED.flag_version,
-        queued=int(QUEUED.queued),
-        pass_window_ms=PASS_WINDOW_MS,
-    )
-    return Call(store._enter, keys, args)
+    """`user_id`'s enter into `target`'s line of `shards` sub-lines, as `QueueStore.enter` sends it. The registry
+    write a sub-line's first enter asks for (`register`) is left out: once a minute, and not on a sub-line."""
+    return store.enter_call(target, shards, user_id, now_ms, terms, DEFAULTS)
 
 
 def open_line(store: QueueStore, target: Target, shards: int, now_ms: int) -> None:
-    """Write the target's configuration on every sub-line, the sub-lines past the first before the first
-    (docs/sharding.md), through configure.lua as the store writes one sub-line's."""
-    settings = [item for pair in TargetConfig(shards=shards).to_redis().items() for item in pair]
-    for shard in reversed(range(shards)):
-        k = store.keys(target, shard)
-        keys, args = store._configure.order(
-            config=k.config,
-            events=k.events,
-            stats=k.stats,
-            now_ms=now_ms,
-            expect="",
-            fresh_seed="",
-            fresh_commitment="",
-            **store.outbox,
-        )
-        written = store._configure.read(store._configure.run(keys, (*args, *settings)))
-        if written.tag != "WRITTEN":
-            raise RuntimeError(f"configure.lua answered {written} on sub-line {shard}")
+    """Open the target over `shards` sub-lines as an operator does (every sub-line's configuration)."""
+    store.configure(target, TargetConfig(shards=shards), now_ms, fresh_seed=opening.new_seed())
 
 
 def spread_target(cluster: ValkeyCluster, client: RedisCluster) -> Target:
