@@ -89,6 +89,10 @@ BAD_BODIES = [
     {"maxWaiting": [1]},
     {"maxActive": -5},
     {"maxActive": 1e3},
+    {"shards": 0},
+    {"shards": 65},
+    {"shards": "3"},
+    {"shards": 2, "safetyNet": True},  # a sharded line has no single front to pass through (docs/sharding.md)
     {"opensAt": "2026-12-01"},
     {"opensAt": "2026-12-01T11:00:00"},
     {"opensAt": "tomorrow"},
