@@ -18,6 +18,7 @@ Runs, one after another against an embedded Valkey of this run's own, each in a 
                        outbox memory
   bench_arrivals.py    one target's enters over a 3-node cluster of its own as its line spans 1, 2, 3 sub-lines:
                        each node's share and server CPU per enter, the ceiling they give, the wall clock
+  bench_shards.py      one pump tick of one target as its line spans 1, 2, 3, 8 sub-lines: Redis and wall time
 Each also runs on its own and writes build/bench_<name>.json; this prints the summary table, writes
 build/bench.json and puts the table in docs/benchmarks.md (between its markers), with the date and the command. A
 quick run writes build/quick/ instead, and fails if the page's table has other sections than the benchmarks print.
@@ -45,7 +46,7 @@ import benchlib  # beside this file
 HERE = benchlib.ROOT / "tests" / "perf"
 PAGE = benchlib.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- figures: written by make bench from build/bench.json -->", "<!-- end of the figures -->"
-BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events", "line", "arrivals")
+BENCHES = ("scripts", "request", "pump", "authorizer", "cold_start", "events", "line", "arrivals", "shards")
 STATUS_MOST_US = 25  # the design's bound on status.lua's server CPU per poll
 NOT_MEASURED = "not measured"
 
@@ -81,7 +82,7 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
     def section(title, load=None):
         add(title + (f"  (load average {load['min']}-{load['max']})" if load else ""))
 
-    scripts, request, pump, authorizer, cold, events, line, arrivals = (r[name] for name in BENCHES)
+    scripts, request, pump, authorizer, cold, events, line, arrivals, shards = (r[name] for name in BENCHES)
     section("REDIS ROUND TRIPS PER CALL (client socket sends)")
     for name, sends in scripts["round_trips"].items():
         if name.startswith("naive"):
@@ -318,7 +319,29 @@ def rows(r: dict) -> list[tuple[str, str, str, str | None]]:
         f"<= {line['most_x']}x",
         benchlib.verdict(line["tick_large_x_small"], line["most_x"]),
     )
-    return found + arrivals_rows(arrivals)
+    return found + arrivals_rows(arrivals) + shards_rows(shards)
+
+
+def shards_rows(shards: dict) -> list[tuple[str, str, str, str | None]]:
+    """bench_shards.py's section: one pump tick of one target as its line spans more sub-lines (no target: what a
+    sub-line costs, each on its own node when deployed; here all on one server)."""
+    shown = benchlib.shown
+    load = shards["load_average"]
+    found: list[tuple[str, str, str, str | None]] = [
+        (
+            f"SHARDED TICK: one pump tick of one target of {shards['waiting']:,} waiting, batch {shards['batch']}, "
+            f"its sub-lines on one server  (load average {load['min']}-{load['max']})",
+            "",
+            "",
+            None,
+        )
+    ]
+    for count, redis_us in shards["tick_redis_us"].items():
+        found.append((f"  {count} sub-line(s): Redis time per tick", shown(redis_us, " us", 0), "", None))
+        found.append(("    the pump's wall time per tick", shown(shards["tick_wall_us"][count], " us", 0), "", None))
+        if count in shards["redis_x_one_line"]:
+            found.append(("    Redis time x one line", shown(shards["redis_x_one_line"][count]), "", None))
+    return found
 
 
 def arrivals_rows(arrivals: dict) -> list[tuple[str, str, str, str | None]]:

@@ -58,8 +58,8 @@ from chalicelib.flags import QUEUED  # noqa: E402
 from chalicelib.pump import STOP_BEFORE_DEADLINE_MS, Pump  # noqa: E402
 from chalicelib.queue import WaitingRoom  # noqa: E402
 from chalicelib.redis_connection import connect  # noqa: E402
-from chalicelib.scripts import load_script  # noqa: E402
-from chalicelib.store import PASS_WINDOW_MS, Defaults, QueueStore  # noqa: E402
+from chalicelib.scripts import run_pipelined  # noqa: E402
+from chalicelib.store import Defaults, QueueStore  # noqa: E402
 from chalicelib.target_config import TargetConfig  # noqa: E402
 from chalicelib.targets import Target  # noqa: E402
 from chalicelib.tokens import GrantTerms, TokenSigner  # noqa: E402
@@ -531,24 +531,13 @@ def opening(url: str, users: int = benchlib.scaled(1_000_000, 2_000)) -> dict:
     terms = GrantTerms(now // 1000 + 300, "0" * 64)
     defaults = Defaults(settings.max_waiting, settings.batch_size, settings.tick_ms, 3_600_000)
     k = store.keys(TARGET)
-    enter = load_script(client, "enter")
-    client.script_load(enter.script)
     for start in range(0, users, 2_000):
-        pipe = client.pipeline(transaction=False)
-        for user in range(start, min(start + 2_000, users)):
-            keys, args = enter.order(
-                waiting=k.waiting, heartbeat=k.heartbeat, seq=k.seq, mark=k.mark, token=k.token(str(user)),
-                registered=k.registered, stats=k.stats, config=k.config, prequeue=k.prequeue, draw=k.draw,
-                active=k.active, budget=k.budget, events=k.events, pace=k.pace, passed=k.passed, user_id=str(user),
-                now_ms=now, pass_window_ms=PASS_WINDOW_MS,
-                default_max_waiting=defaults.max_waiting, idle_ttl_ms=defaults.idle_ttl_ms,
-                entry_key=terms.entry_key, grant_expires_s=terms.expires_at, grant_ttl_ms=300_000,
-                grant_expires_ms=terms.expires_at * 1000, registration_refresh_ms=60_000,
-                default_batch=defaults.batch, default_tick_ms=defaults.tick_ms, open_on_first_use=0, invited=0,
-                **store.outbox, flag_version="*", queued=1,
-            )  # fmt: skip
-            pipe.execute_command("EVALSHA", enter.sha, len(keys), *keys, *args)
-        pipe.execute()
+        calls = [
+            store.enter_call(TARGET, 1, str(user), now, terms, defaults)
+            for user in range(start, min(start + 2_000, users))
+        ]
+        failed = [reply for reply in run_pipelined(client, calls) if isinstance(reply, Exception)]
+        assert not failed, failed[:3]
     store._register(TARGET, 3_600_000)
     pre_queued = client.zcard(k.prequeue)
     room.configure(TARGET, TargetConfig(opens_at_ms=int(time.time() * 1000)))
