@@ -690,9 +690,10 @@ class QueueStore:
     ) -> int:
         """Note a forwarded purchase's latency and outcome (the shop's `status`, 0 for no answer), and report it
         as an event when it used entry `token`; the shop's word that stock ran out marks the target sold out.
-        0: unknown target (nothing written), 1: noted, 2: noted, and now sold out. Noted on the sub-line the token
-        was used on (sub-line 0 without one); a sold out holds for every sub-line."""
-        k = self._token_keys(token) if token else self.keys(target)
+        0: unknown target (nothing written), 1: noted, 2: noted, and now sold out. Noted on sub-line 0 whichever
+        sub-line the token was used on: the shop's health (originSlo, judged there) counts every purchase of the
+        line, its throughput as much as its latency; a sold out holds for every sub-line."""
+        k = self.keys(target)
         keys, args = self._observe_purchase.order(
             config=k.config,
             purchases=k.purchases,

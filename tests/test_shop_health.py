@@ -3,13 +3,17 @@ half the configured rate, a multiplicative decrease past the headroom (before th
 to a plateau under the capacity the shop last showed, a small probe past it, an additive increase beyond, never above
 the configured rate."""
 
+import time
+
 import pytest
 
 from chalicelib import runtime
 from chalicelib.pump import Pump
+from chalicelib.queue_keys import shard_of
 from chalicelib.shop_health import FollowRules, Purchase, health
 from chalicelib.target_config import TargetConfig, parse_config
 from chalicelib.targets import Target
+from chalicelib.tokens import EntryToken
 from tests.support.ticks import server_ms, wait_for_next_tick
 
 DROP = Target("limited-drop", 42)
@@ -391,3 +395,26 @@ def test_sale_controls_round_trip():
     config = parse_config(b'{"paused": true, "soldOut": false, "originSlo": {"p95Ms": 800, "errorRate": 0.05}}')
     assert config.to_body() == {"paused": True, "originSlo": {"p95Ms": 800, "errorRate": 0.05}}
     assert TargetConfig.from_redis({k: str(v) for k, v in config.to_redis().items()}) == config
+
+
+def test_a_sharded_line_follows_the_shop_over_every_purchase_of_every_sub_line(make_room, client):
+    # Purchases come through tokens of users on all three sub-lines; the shop's health counts them all, so the cut
+    # follows the shop's whole throughput, as on one line (counted on the buyers' own sub-lines, sub-line 0 would see
+    # a third of it, and cut the line to a third of what the shop completes).
+    room = make_room(VQ_BATCH_SIZE=10, VQ_TICK_MS=TICK_MS)
+    room.configure(DROP, TargetConfig(shards=3, slo_p95_ms=500))
+    for user in range(1, 200):
+        room.enter(DROP, str(user))
+    room.pump = Pump(room.store, room.settings)
+    room.pump.tick()
+    running_at(room, client, 10)
+    now = server_ms(client)
+    buyers = [str(user) for user in range(1, AT_THE_RATE + 1)]
+    assert {shard_of(user, 3) for user in buyers} == {0, 1, 2}
+    for i, user in enumerate(buyers):
+        token = EntryToken("unused", DROP, user, int(time.time()) + 60, f"t{i}")
+        sent = now - 2500 + 2500 * i // AT_THE_RATE - 2500
+        room.store.observe_purchase(DROP, Purchase(sent, 2500, True), accepted=True, sold_out=False, token=token)
+    result = tick(room, client)
+    assert allowed(room, client) == cut_to(0.5)
+    assert result.per_tick == pytest.approx(allowed(room, client))
