@@ -2,12 +2,17 @@
 Every key of one target shares the hash tag `{type:id}`, so each script runs in one cluster slot; the few keys
 outside the targets' slots are the prefix's own. A target whose line spans N sub-lines (its `shards` setting,
 docs/sharding.md) keeps sub-line 0 under `{type:id}`, so a 1-shard target's keys never move, and sub-line i > 0
-under `{type:id#i}`: each sub-line is a whole set of the keys below, in a slot of its own."""
+under a tag of its own, `{type:id#i}` or `{type:id#i.k}` (`sub_line_tag`): each sub-line is a whole set of the keys
+below, in a slot of its own."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
+from redis.crc import key_slot
 
 from chalicelib.targets import Target
 
@@ -15,8 +20,9 @@ from chalicelib.targets import Target
 class QueueKeys:
     """Key names of one target's queue state."""
 
-    def __init__(self, prefix: str, target: Target, shard: int = 0) -> None:
-        self.base = f"{prefix}:{{{target}#{shard}}}" if shard else f"{prefix}:{{{target}}}"
+    def __init__(self, prefix: str, target: Target, shard: int = 0, shards: int = 1) -> None:
+        """Sub-line `shard` of a line of `shards` (a sub-line's tag past the first depends on the count)."""
+        self.base = f"{prefix}:{{{sub_line_tag(target, shard, shards)}}}"
         self.waiting = f"{self.base}:waiting"
         self.heartbeat = f"{self.base}:heartbeat"
         self.seq = f"{self.base}:seq"
@@ -52,6 +58,24 @@ class QueueKeys:
         return f"{self.base}:consumed:{token_id}"
 
 
+def sub_line_tag(target: Target, shard: int, shards: int) -> str:
+    """The hash tag of sub-line `shard` of `target`'s line of `shards`: sub-line 0's is the target's own; sub-line
+    i > 0 takes the first of `type:id#i`, `type:id#i.1`, `type:id#i.2`, ... whose slot lies in window (g0 + i) mod N
+    of the slot space cut in N equal windows, g0 being the window of sub-line 0's slot. So the sub-lines spread
+    evenly over the slots: on a cluster whose slots are split evenly over N node groups (or a multiple of N), each
+    has a node group of its own, where tags taken by chance would often share one. A window holds only the slots
+    every even split puts there, however it rounds the window's ends (ceil(w*16384/N) to floor((w+1)*16384/N)).
+    About N CRC16s: a tag falls in a given window with chance 1/N (callers cache the keys)."""
+    if not 0 <= shard < shards:
+        raise ValueError(f"no sub-line {shard} in a line of {shards}")
+    if shard == 0:
+        return str(target)
+    window = (key_slot(str(target).encode()) * shards // SLOTS + shard) % shards
+    low, high = -(-window * SLOTS // shards), (window + 1) * SLOTS // shards
+    tags = (f"{target}#{shard}.{n}" if n else f"{target}#{shard}" for n in itertools.count())
+    return next(tag for tag in tags if low <= key_slot(tag.encode()) < high)
+
+
 def shard_of(user_id: str, shards: int) -> int:
     """The sub-line a user belongs to in a line of `shards` sub-lines: stable for the user, spread evenly over users,
     so entering again, polling, leaving and buying reach the one node that holds the user's place."""
@@ -71,7 +95,7 @@ class GlobalKeys:
         # Every target's `config` (each sub-line's), to SCAN for; the glob also matches a user's key whose id ends
         # in ":config", so a match counts only if it is a target's (`is_config`).
         self.configs = f"{prefix}:{{*}}:config"
-        self._config = re.compile(re.escape(prefix) + r":\{[a-z-]+:[0-9]+(#[0-9]+)?\}:config")
+        self._config = re.compile(re.escape(prefix) + r":\{[a-z-]+:[0-9]+(#[0-9]+(\.[0-9]+)?)?\}:config")
         self._first_config = re.compile(re.escape(prefix) + r":\{[a-z-]+:[0-9]+\}:config")
 
     def is_config(self, key: str) -> bool:

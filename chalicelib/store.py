@@ -208,7 +208,7 @@ class QueueStore:
     ) -> Call:
         """enter.lua's call on `user_id`'s sub-line of a line of `shards`, as `enter` sends it (benchmarks pipeline
         many)."""
-        k = self.keys(target, shard_of(user_id, shards))
+        k = self.keys(target, shard_of(user_id, shards), shards)
         keys, args = self._enter.order(
             waiting=k.waiting,
             heartbeat=k.heartbeat,
@@ -283,7 +283,7 @@ class QueueStore:
         decision: Decision,
     ) -> Any:
         """status.lua's reply on `user_id`'s sub-line of a line of `shards`."""
-        k = self.keys(target, shard_of(user_id, shards))
+        k = self.keys(target, shard_of(user_id, shards), shards)
         named = {
             "waiting": k.waiting,
             "heartbeat": k.heartbeat,
@@ -348,7 +348,7 @@ class QueueStore:
         default_tick_ms: int,
     ) -> int:
         """leave.lua's reply on `user_id`'s sub-line of a line of `shards`."""
-        k = self.keys(target, shard_of(user_id, shards))
+        k = self.keys(target, shard_of(user_id, shards), shards)
         keys, args = self._leave.order(
             waiting=k.waiting,
             heartbeat=k.heartbeat,
@@ -397,7 +397,7 @@ class QueueStore:
         self, shards: int, token: EntryToken, consumption_id: str, now_ms: int, open_on_first_use: bool
     ) -> str:
         """consume.lua's reply on the token's sub-line of a line of `shards`."""
-        k = self.keys(token.target, shard_of(token.user_id, shards))
+        k = self.keys(token.target, shard_of(token.user_id, shards), shards)
         ttl_ms = max(1, token.expires_at * 1000 - now_ms + CLOCK_SKEW_MARGIN_MS)
         keys, args = self._consume.order(
             consumed=k.consumed(token.token_id),
@@ -462,12 +462,12 @@ class QueueStore:
     def stats(self, target: Target, now_ms: int) -> QueueFigures:
         """The target's counters: one round trip, and one more for a sharded line's other sub-lines, whose figures
         are summed with sub-line 0's (the configuration, the draw and the shop's health are sub-line 0's)."""
-        first = self._stats.read(self._guarded(self._stats.run, *self._stats_call(target, 0, now_ms)))
+        first = self._stats.read(self._guarded(self._stats.run, *self._stats_call(target, 0, 1, now_ms)))
         config = _pairs(first.config)
         shards = int(config.get("shards") or 1)
         replies = [first]
         if shards > 1:
-            calls = [Call(self._stats, *self._stats_call(target, shard, now_ms)) for shard in range(1, shards)]
+            calls = [Call(self._stats, *self._stats_call(target, shard, shards, now_ms)) for shard in range(1, shards)]
             replies += [self._stats.read(reply) for reply in self._guarded(self._fan_out, calls)]
         health, fence = _pairs(first.health), _pairs(first.fence)
         # Counters only: a field of another layout (a deploy during a sale) is left out.
@@ -516,9 +516,9 @@ class QueueStore:
             eta_errors=eta_errors,
         )
 
-    def _stats_call(self, target: Target, shard: int, now_ms: int) -> tuple[tuple, tuple]:
-        """stats.lua's keys and arguments on one sub-line."""
-        k = self.keys(target, shard)
+    def _stats_call(self, target: Target, shard: int, shards: int, now_ms: int) -> tuple[tuple, tuple]:
+        """stats.lua's keys and arguments on sub-line `shard` of `shards`."""
+        k = self.keys(target, shard, shards)
         return self._stats.order(
             waiting=k.waiting,
             mark=k.mark,
@@ -577,7 +577,7 @@ class QueueStore:
         A sharded line (docs/sharding.md) is written sub-line by sub-line, sub-line 0 last: it makes the target
         known, and a write refused there for its precondition is refused before any sub-line is written (checked
         here first). Every sub-line gets the same fields, the line's one seed and pre-queue block; a sub-line a
-        shrink leaves keeps only `shards`, so a caller routing by the old count is sent to route again."""
+        resize gives up keeps only `shards`, so a caller routing by the old count is sent to route again."""
         k = self.keys(target)
         settings = [item for field_value in config.to_redis().items() for item in field_value]
         stored = self._guarded(self.client.hgetall, k.config)
@@ -587,7 +587,7 @@ class QueueStore:
             refused = _refusal(stored, precondition)
             if refused is not None:
                 return refused
-            if shards != before and self._in_use(target, max(before, shards), now_ms):
+            if shards != before and self._in_use(target, before, shards, now_ms):
                 return "IN_USE", config_version(stored) if KNOWN_SINCE in stored else None
             seed = _line_seed(stored, config, fresh_seed)
             if shards > 1 and seed is not None and config.opens_at_ms is not None:
@@ -622,11 +622,11 @@ class QueueStore:
         self._mark_open(target, max(now_ms, config.opens_at_ms or 0), now_ms)
         return outcome.tag, outcome.version
 
-    def _in_use(self, target: Target, shards: int, now_ms: int) -> bool:
+    def _in_use(self, target: Target, before: int, shards: int, now_ms: int) -> bool:
         """Whether anyone waits (or is admitted and collecting), is pre-queued or holds a live entry token on any
-        of `shards` sub-lines: the line cannot change its count of sub-lines under them."""
+        sub-line of a line of `before` or of `shards`: the line cannot change its count of sub-lines under them."""
         pipe = self.client.pipeline(transaction=False)
-        for k in self._sub_lines(target, shards):
+        for k in {k.base: k for k in self._sub_lines(target, before) + self._sub_lines(target, shards)}.values():
             pipe.zcard(k.waiting)
             pipe.zcard(k.prequeue)
             pipe.zcount(k.active, f"({now_ms}", "+inf")
@@ -653,7 +653,8 @@ class QueueStore:
         now_ms: int,
     ) -> None:
         """Write the configuration on the sub-lines past the first (quietly: sub-line 0 reports the change), and
-        leave on each sub-line a shrink gave up only the new count."""
+        leave on each sub-line a resize gave up (tags of the old count that the new one does not name) only the new
+        count."""
         calls = [
             self._configure.bind(
                 settings,
@@ -672,11 +673,14 @@ class QueueStore:
             for k in self._sub_lines(target, shards)[1:]
         ]
         self._guarded(self._fan_out, calls)
-        if before > shards:
+        # A sub-line's tag depends on the count: every old sub-line the new count does not name is given up.
+        kept = {k.config for k in self._sub_lines(target, shards)}
+        given_up = {k.config for k in self._sub_lines(target, before)} - kept
+        if given_up:
             pipe = self.client.pipeline(transaction=False)
-            for shard in range(shards, before):
-                pipe.delete(self.keys(target, shard).config)
-                pipe.hset(self.keys(target, shard).config, "shards", shards)
+            for config in given_up:
+                pipe.delete(config)
+                pipe.hset(config, "shards", shards)
             self._guarded(pipe.execute)
 
     def observe_purchase(
@@ -771,15 +775,21 @@ class QueueStore:
 
     def events_published(self, published: Mapping[Target, Sequence[str]], dropped: Mapping[Target, int]) -> None:
         """Delete the events EventBridge accepted (the outbox keeps only what is unpublished), and take the
-        dropped counts that were reported. One round trip (a sharded line's dropped counts take one more)."""
+        dropped counts that were reported. One round trip; a sharded line takes one more, to learn its count of
+        sub-lines (their keys' names depend on it), and its dropped counts another."""
+        sharded = [target for target, ids in published.items() if any("#" in entry_id for entry_id in ids)]
+        counts = dict(zip(sharded, self._read_shard_counts(sharded), strict=True))
         pipe = self.client.pipeline(transaction=False)
         for target, ids in published.items():
             by_shard: dict[int, list[str]] = {}
             for entry_id in ids:
                 stream_id, _, sub_line = entry_id.partition("#")
                 by_shard.setdefault(int(sub_line or 0), []).append(stream_id)
+            sub_lines = self._sub_lines(target, counts.get(target, 1))
             for shard, stream_ids in by_shard.items():
-                pipe.xdel(self.keys(target, shard).events, *stream_ids)
+                # A sub-line a resize gave up since its events were read no longer has an outbox anyone reads.
+                if shard < len(sub_lines):
+                    pipe.xdel(sub_lines[shard].events, *stream_ids)
         for target, n in dropped.items():
             for k, taken in self._dropped_by_sub_line(target, n):
                 # A decrement, not a reset: drops counted meanwhile stay for the next report.
@@ -829,10 +839,11 @@ class QueueStore:
         return count
 
     def _relearnt(self, target: Target, told: str, shard: int) -> int:
-        """Learn `target`'s count of sub-lines from sub-line `shard`'s refusal, which `told` it: a sub-line of the
-        line holds the current count, one a shrink gave up (past the count it holds) the count of that shrink,
-        which a later resize may have changed: then sub-line 0's config tells."""
-        return self._learnt(target, told) if shard < int(told) else self._reread(target)
+        """Learn `target`'s count of sub-lines from sub-line `shard`'s refusal, which `told` it. Only sub-line 0
+        surely holds the current count: a stale count reaches past it a tag of its own layout, which a resize gave
+        up (it names the count of that resize, which a later one may have changed) or nothing ever wrote (it
+        names 1), so such a refusal sends to sub-line 0's config."""
+        return self._learnt(target, told) if shard == 0 else self._reread(target)
 
     def _reread(self, target: Target) -> int:
         """Learn `target`'s count of sub-lines from sub-line 0's config (absent: 1), for a script whose refusal
@@ -841,11 +852,13 @@ class QueueStore:
 
     def _sub_lines(self, target: Target, shards: int | None = None) -> list[QueueKeys]:
         """The keys of each of the line's sub-lines (of `shards` of them; by default as last learnt)."""
-        return [self.keys(target, shard) for shard in range(shards or self.shard_count(target))]
+        count = shards or self.shard_count(target)
+        return [self.keys(target, shard, count) for shard in range(count)]
 
     def _token_keys(self, token: EntryToken) -> QueueKeys:
         """The keys of the sub-line an entry token's user belongs to, where it was issued and used."""
-        return self.keys(token.target, shard_of(token.user_id, self.shard_count(token.target)))
+        shards = self.shard_count(token.target)
+        return self.keys(token.target, shard_of(token.user_id, shards), shards)
 
     def _fan_out(self, calls: list) -> list:
         """Script calls on several sub-lines in one round trip (a pipeline per node); the first error raised."""
@@ -1041,7 +1054,7 @@ class QueueStore:
         """A sharded line's first look: every sub-line's eviction and front, sub-line 0's shop's health between."""
         calls = []
         for shard in range(count):
-            k = self.keys(target, shard)
+            k = self.keys(target, shard, count)
             calls.append(self._evict_call(k, rules))
             if shard == 0:
                 # The shop's health is judged on sub-line 0: the purchases it sees are a sample of the line's.
@@ -1097,7 +1110,7 @@ class QueueStore:
             _, fronts, recorded = looked[target]
             layout[target] = []
             for shard, front in enumerate(fronts):
-                k = self.keys(target, shard)
+                k = self.keys(target, shard, len(fronts))
                 saw = seen.get(sub_line(target, shard), (0, 0))
                 applied = []
                 if recorded is not None and front.last_tick_ms < recorded.tick_ms < plan.tick_ms:
@@ -1179,7 +1192,7 @@ class QueueStore:
             if any(front.held == SOLD_OUT for front in sub_lines):
                 for shard, front in enumerate(sub_lines):
                     if front.held != SOLD_OUT:
-                        pipe.hset(self.keys(target, shard).config, "sold_out", "1")
+                        pipe.hset(self.keys(target, shard, len(sub_lines)).config, "sold_out", "1")
         if len(pipe):
             try:
                 pipe.execute()

@@ -230,12 +230,16 @@ def test_a_paused_node_fails_open_for_its_targets_alone_and_the_cluster_resumes(
     assert all(room.status(t, "1", tickets[t]).position == 1 for t in TARGETS)
 
 
+def test_every_target_s_three_sub_lines_lie_on_the_three_nodes(on_cluster):
+    # The slots are split evenly over the three nodes: each sub-line's tag is chosen in a third of its own.
+    for target in TARGETS[:30]:
+        sub_lines = [on_cluster.store.keys(target, shard, 3).waiting for shard in range(3)]
+        assert len(nodes_of(on_cluster.client, sub_lines)) == 3, target
+
+
 def test_a_sharded_line_s_users_land_on_different_nodes_and_each_call_touches_one_slot(on_cluster, origin):
     room, gate, store = on_cluster.room, on_cluster.gate, on_cluster.store
-    # A target whose three sub-lines are on the three nodes.
-    target = next(
-        t for t in TARGETS if len(nodes_of(on_cluster.client, [store.keys(t, s).waiting for s in range(3)])) == 3
-    )
+    target = TARGETS[0]
     room.configure(target, TargetConfig(shards=3))
     slots_touched = []
     for script in (store._enter, store._status, store._leave, store._consume, store._restore, store._observe_purchase):
@@ -246,12 +250,12 @@ def test_a_sharded_line_s_users_land_on_different_nodes_and_each_call_touches_on
     users = [f"spread-{n}" for n in range(12)]
     tickets = {user: room.enter(target, user).queue_ticket for user in users}
     assert all(tickets.values())  # a CROSSSLOT would have failed open: no ticket
-    homes = {user: nodes_of(on_cluster.client, [store.keys(target, shard_of(user, 3)).waiting]).pop() for user in users}
+    homes = {u: nodes_of(on_cluster.client, [store.keys(target, shard_of(u, 3), 3).waiting]).pop() for u in users}
     assert len(set(homes.values())) == 3
     assert all(room.status(target, user, tickets[user]).status == "WAITING" for user in users)
     room.leave(target, users[0], tickets[users[0]])
     buyer = users[1]
-    k = store.keys(target, shard_of(buyer, 3))
+    k = store.keys(target, shard_of(buyer, 3), 3)
     on_cluster.client.set(k.mark, int(on_cluster.client.zscore(k.waiting, buyer)))
     token = room.status(target, buyer, tickets[buyer]).entry_token
     assert purchase(gate, token, target).status == 201

@@ -42,7 +42,7 @@ def enter_all(store, users, target=DROP):
 
 
 def sub_line_keys(store, target=DROP):
-    return [QueueKeys(store.prefix, target, shard) for shard in range(SHARDS)]
+    return [QueueKeys(store.prefix, target, shard, SHARDS) for shard in range(SHARDS)]
 
 
 def places(client, store):

@@ -8,6 +8,8 @@ import time
 from collections import Counter
 
 import pytest
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
+from redis.crc import key_slot
 
 from chalicelib import opening, runtime, shop_health
 from chalicelib.answers import Waiting
@@ -15,9 +17,9 @@ from chalicelib.config import load_settings
 from chalicelib.errors import EntryTokenUsed, QueueSoldOut, ShardsInUse
 from chalicelib.events import read_event
 from chalicelib.purchase import PurchaseGate
-from chalicelib.queue_keys import shard_of
+from chalicelib.queue_keys import QueueKeys, shard_of, sub_line_tag
 from chalicelib.store import QueueStore
-from chalicelib.target_config import TargetConfig
+from chalicelib.target_config import MAX_SHARDS, TargetConfig
 from chalicelib.targets import Target
 from chalicelib.tokens import TokenSigner
 from tests.test_cluster import purchase
@@ -31,17 +33,29 @@ def sharded(room, shards=3, **settings):
 
 
 def sub_line_of(store, user, shards=3):
-    return store.keys(DROP, shard_of(user, shards))
+    return store.keys(DROP, shard_of(user, shards), shards)
 
 
 def places(store, user, shards=3):
     """Every sub-line `user` holds a place on (in line or pre-queued), with its seq."""
     held = {}
     for shard in range(shards):
-        k = store.keys(DROP, shard)
+        k = store.keys(DROP, shard, shards)
         seq = store.client.zscore(k.waiting, user) or store.client.zscore(k.prequeue, user)
         if seq is not None:
             held[shard] = int(seq)
+    return held
+
+
+def held_anywhere(store, user, counts):
+    """Every sub-line of a line of any of `counts` where `user` holds a place, by its keys' name, with its seq."""
+    held = {}
+    for shards in counts:
+        for shard in range(shards):
+            k = store.keys(DROP, shard, shards)
+            seq = store.client.zscore(k.waiting, user) or store.client.zscore(k.prequeue, user)
+            if seq is not None:
+                held[k.base] = int(seq)
     return held
 
 
@@ -49,6 +63,22 @@ def admit(store, user, shards=3):
     """Move the mark of `user`'s sub-line past them, as the pump would."""
     k = sub_line_of(store, user, shards)
     store.client.set(k.mark, int(store.client.zscore(k.waiting, user)))
+
+
+def test_each_sub_line_s_slot_lies_in_a_window_of_its_own_of_the_slot_space():
+    # The N windows cut the slot space evenly, so on slots split evenly over N node groups (or a multiple of N)
+    # each sub-line has a node group of its own.
+    for shards in range(1, MAX_SHARDS + 1):
+        for target in [Target("limited-drop", n) for n in range(8)] + [Target("ticketing-event", 987_654_321)]:
+            windows = []
+            for shard in range(shards):
+                slot = key_slot(sub_line_tag(target, shard, shards).encode())
+                window = (slot * shards) // SLOTS
+                # Inside the window however an even split rounds its ends.
+                assert shard == 0 or -(-window * SLOTS // shards) <= slot < (window + 1) * SLOTS // shards
+                windows.append(window)
+            assert windows == [(windows[0] + shard) % shards for shard in range(shards)]
+            assert QueueKeys("vq", target, 0, shards).base == f"vq:{{{target}}}"
 
 
 def test_a_user_entering_twice_has_one_place_on_their_own_sub_line(room):
@@ -137,12 +167,12 @@ def test_a_container_that_believes_more_sub_lines_than_a_shrink_left_routes_agai
     room.store = kept
     sharded(room, shards=2)
     # The sub-line the shrink gave up keeps only the new count.
-    assert client.hgetall(kept.keys(DROP, 2).config) == {"shards": "2"}
+    assert client.hgetall(kept.keys(DROP, 2, 3).config) == {"shards": "2"}
     user = next(u for u in USERS if shard_of(u, 3) == 2)
     room.store = believing_three
     entry = room.enter(DROP, user)
     assert entry.status == "WAITING" and believing_three.shard_count(DROP) == 2
-    assert places(believing_three, user, shards=3) == {shard_of(user, 2): entry.seq}
+    assert held_anywhere(believing_three, user, (2, 3)) == {sub_line_of(kept, user, 2).base: entry.seq}
 
 
 @pytest.mark.parametrize("holding", ["waiting", "pre-queued", "a live token"])
@@ -154,22 +184,22 @@ def test_changing_the_count_of_sub_lines_under_someone_is_refused_and_changes_no
     if holding == "a live token":
         admit(room.store, user)
         assert room.status(DROP, user, ticket).status == "ADMITTED"
-    before = [room.store.client.hgetall(room.store.keys(DROP, shard).config) for shard in range(4)]
+    before = [room.store.client.hgetall(room.store.keys(DROP, s, n).config) for n in (3, 4) for s in range(n)]
     etag = room.config(DROP).etag
     with pytest.raises(ShardsInUse) as refused:
         sharded(room, shards=4, opens_at_ms=opens_at)
     assert refused.value.status == 409 and refused.value.code == "SHARDS_IN_USE"
-    assert [room.store.client.hgetall(room.store.keys(DROP, shard).config) for shard in range(4)] == before
+    assert [room.store.client.hgetall(room.store.keys(DROP, s, n).config) for n in (3, 4) for s in range(n)] == before
     assert room.config(DROP).etag == etag
     # The same count with other settings is no resize: it is written.
     sharded(room, batch=7, opens_at_ms=opens_at)
-    assert all(room.store.client.hget(room.store.keys(DROP, s).config, "batch") == "7" for s in range(3))
+    assert all(room.store.client.hget(room.store.keys(DROP, s, 3).config, "batch") == "7" for s in range(3))
 
 
 def test_every_sub_line_gets_the_configuration_one_seed_and_one_pre_queue_block(room):
     opens_at = int(time.time() * 1000) + 600_000
     sharded(room, opens_at_ms=opens_at, batch=5)
-    configs = [room.store.client.hgetall(room.store.keys(DROP, shard).config) for shard in range(3)]
+    configs = [room.store.client.hgetall(room.store.keys(DROP, shard, 3).config) for shard in range(3)]
     assert {c["batch"] for c in configs} == {"5"} and {c["shards"] for c in configs} == {"3"}
     assert len({(c["draw_seed"], c["draw_commitment"], c["draw_block"]) for c in configs}) == 1
     first, last = map(int, configs[0]["draw_block"].split())
@@ -182,12 +212,12 @@ def test_every_sub_line_gets_the_configuration_one_seed_and_one_pre_queue_block(
     # Each place is the opening draw's, from the one seed over the one block, whichever sub-line holds it.
     seed = configs[0]["draw_seed"]
     assert drawn == {user: opening.drawn_seq(seed, user, first, last) for user in users}
-    blocks = {tuple(room.store.client.hmget(room.store.keys(DROP, s).draw, "first", "last")) for s in range(3)}
+    blocks = {tuple(room.store.client.hmget(room.store.keys(DROP, s, 3).draw, "first", "last")) for s in range(3)}
     assert blocks == {(str(first), str(last))}
 
     # Moving the opening keeps the seed and the block (the places drawn stand).
     sharded(room, opens_at_ms=opens_at + 60_000, batch=5)
-    assert room.store.client.hget(room.store.keys(DROP, 2).config, "draw_block") == configs[0]["draw_block"]
+    assert room.store.client.hget(room.store.keys(DROP, 2, 3).config, "draw_block") == configs[0]["draw_block"]
 
 
 def test_the_stats_are_the_sums_of_the_sub_lines(room):
@@ -200,7 +230,7 @@ def test_the_stats_are_the_sums_of_the_sub_lines(room):
     assert room.status(DROP, admitted, tickets[admitted]).status == "ADMITTED"
     stats = room.stats(DROP)
     client = room.store.client
-    per_sub_line = [room.store.keys(DROP, shard) for shard in range(3)]
+    per_sub_line = [room.store.keys(DROP, shard, 3) for shard in range(3)]
     assert stats["waitingCount"] == sum(client.zcard(k.waiting) for k in per_sub_line) == 16
     assert stats["leftCount"] == sum(int(client.hget(k.stats, "left") or 0) for k in per_sub_line) == 3
     assert stats["activeCount"] == 1 and stats["waitsMeasured"] == 1
@@ -234,7 +264,7 @@ def test_ahead_scaled_to_the_whole_line_is_as_accurate_as_docs_sharding_md_says(
 def test_the_flag_mark_and_a_shop_s_sold_out_reach_every_sub_line(room, store):
     sharded(room)
     assert store.publish_flag("v-sharded", {}) == 1  # one target, however many sub-lines
-    assert [store.client.hget(store.keys(DROP, s).config, "flag_version") for s in range(3)] == ["v-sharded"] * 3
+    assert [store.client.hget(store.keys(DROP, s, 3).config, "flag_version") for s in range(3)] == ["v-sharded"] * 3
 
     user = next(u for u in USERS if shard_of(u, 3) == 2)
     ticket = room.enter(DROP, user).queue_ticket
@@ -243,7 +273,7 @@ def test_the_flag_mark_and_a_shop_s_sold_out_reach_every_sub_line(room, store):
     assert store.consume(token, "c1", int(time.time() * 1000)) == "FIRST"
     noted = store.observe_purchase(DROP, shop_health.Purchase(0, 5, True), False, True, token=token, status=409)
     assert noted == 2
-    assert [store.client.hget(store.keys(DROP, s).config, "sold_out") for s in range(3)] == ["1"] * 3
+    assert [store.client.hget(store.keys(DROP, s, 3).config, "sold_out") for s in range(3)] == ["1"] * 3
     with pytest.raises(QueueSoldOut):
         room.enter(DROP, next(u for u in USERS if shard_of(u, 3) == 0))
 
@@ -267,7 +297,7 @@ def test_every_sub_line_s_outbox_is_published_and_the_events_name_the_target(cli
     assert [read_event(DROP, entry_id, dict(fields)).target for entry_id, fields in entries] == [DROP] * 4
 
     QueueStore(client, prefix).events_published({DROP: ids}, {DROP: 0})
-    assert [client.xlen(store.keys(DROP, s).events) for s in range(3)] == [0, 0, 0]
+    assert [client.xlen(store.keys(DROP, s, 3).events) for s in range(3)] == [0, 0, 0]
 
 
 def test_a_patch_of_shards_under_a_waiting_user_is_a_409_json_error_and_writes_nothing(api):
@@ -296,12 +326,45 @@ def test_a_count_learnt_before_several_resizes_still_routes_to_the_user_s_sub_li
     sharded(room, shards=2)
     sharded(room, shards=3)
     # Sub-line 4, given up by the shrink to 2, still says 2; the line has 3.
-    assert client.hgetall(kept.keys(DROP, 4).config) == {"shards": "2"}
+    assert client.hgetall(kept.keys(DROP, 4, 5).config) == {"shards": "2"}
     user = next(u for u in USERS if shard_of(u, 5) == 4 and shard_of(u, 2) != shard_of(u, 3))
     room.store = believing_five
     entry = room.enter(DROP, user)
     assert entry.status == "WAITING" and believing_five.shard_count(DROP) == 3
-    assert places(believing_five, user, shards=5) == {shard_of(user, 3): entry.seq}
+    assert held_anywhere(believing_five, user, (2, 3, 5)) == {sub_line_of(kept, user, 3).base: entry.seq}
+
+
+def test_a_stale_count_that_reaches_a_tag_never_written_routes_again(room, client, prefix):
+    # A tag past sub-line 0 depends on the count, so a stale count may reach one nothing wrote (here: the ones a
+    # shrink gave up, their config lost): it reads as a line of 1, which must neither take a place nor say the
+    # target is unknown.
+    sharded(room, shards=5)
+    entering, polling, leaving = (QueueStore(client, prefix) for _ in range(3))
+    kept = room.store
+    for believing in (entering, polling, leaving):
+        room.store = believing
+        room.leave(DROP, "warm-up", room.enter(DROP, "warm-up").queue_ticket)
+        assert believing.shard_count(DROP) == 5
+    room.store = kept
+    sharded(room, shards=3)
+    current = {kept.keys(DROP, shard, 3).base for shard in range(3)}
+    for shard in range(1, 5):
+        if kept.keys(DROP, shard, 5).base not in current:
+            client.delete(kept.keys(DROP, shard, 5).config)
+    user, other = [u for u in USERS if sub_line_of(kept, u, 5).base not in current][:2]
+    room.store = entering
+    tickets = {user: room.enter(DROP, user)}
+    assert tickets[user].status == "WAITING" and entering.shard_count(DROP) == 3
+    room.store = kept
+    tickets[other] = room.enter(DROP, other)
+    assert client.exists(*(sub_line_of(kept, u, 5).config for u in (user, other))) == 0
+
+    room.store = polling
+    assert room.status(DROP, user, tickets[user].queue_ticket).seq == tickets[user].seq
+    assert held_anywhere(polling, user, (3, 5)) == {sub_line_of(kept, user, 3).base: tickets[user].seq}
+    room.store = leaving
+    room.leave(DROP, other, tickets[other].queue_ticket)
+    assert held_anywhere(leaving, other, (3, 5)) == {} and leaving.shard_count(DROP) == 3
 
 
 def test_the_opening_draw_in_the_stats_counts_the_places_of_every_sub_line(room):
@@ -309,7 +372,7 @@ def test_the_opening_draw_in_the_stats_counts_the_places_of_every_sub_line(room)
     # As the opening leaves each sub-line's record (lua/admit.lua): one seed and block, each its own places.
     for shard, placed in enumerate((4, 5, 6)):
         room.store.client.hset(
-            room.store.keys(DROP, shard).draw,
+            room.store.keys(DROP, shard, 3).draw,
             mapping={
                 "state": "done",
                 "seed": "s",

@@ -47,20 +47,17 @@ FROM_REDIS = {"WAITING", "ADMITTED"}
 TICK_MS, BATCH, CATCHUP_TICKS = 100, 3, 5
 
 
-def slot_of(target: Target, prefix: str, sub_line: int = 0) -> int:
-    return key_slot(QueueKeys(prefix, target, sub_line).base.encode())
+def slot_of(target: Target, prefix: str, sub_line: int = 0, shards: int = 1) -> int:
+    return key_slot(QueueKeys(prefix, target, sub_line, shards).base.encode())
 
 
 def target_on(
     cluster: ValkeyCluster, port: int, prefix: str, shards: int = 1, sub_line: int = 0, other_than: Target | None = None
 ) -> Target:
-    """A target (not `other_than`) whose `shards` sub-lines sit on as many nodes, its sub-line `sub_line` on `port`."""
+    """A target (not `other_than`) whose sub-line `sub_line` of `shards` is on `port`: a line of 3 has its sub-lines
+    on the 3 nodes (chalicelib/queue_keys.py `sub_line_tag`; tests/test_cluster.py checks it)."""
     return next(
-        t
-        for t in CANDIDATES
-        if t != other_than
-        and cluster.owner(slot_of(t, prefix, sub_line)) == port
-        and len({cluster.owner(slot_of(t, prefix, i)) for i in range(shards)}) == shards
+        t for t in CANDIDATES if t != other_than and cluster.owner(slot_of(t, prefix, sub_line, shards)) == port
     )
 
 
@@ -153,7 +150,7 @@ def assert_in_order_at_the_rate(load: Load, moving: Target, shards: int, sub_lin
     that ran it: tests/support/load.py's PumpTick) and, at the end, from what still waits on each sub-line."""
     pump: RecordedPump = load.pump  # type: ignore[assignment]
     client = pump.store.client
-    keys = [QueueKeys(pump.store.prefix, moving, i) for i in range(shards)]
+    keys = [QueueKeys(pump.store.prefix, moving, i, shards) for i in range(shards)]
     admitted = []  # (server time ms, seq, sub-line)
     for i, k in enumerate(keys):
         for entry_id, fields in client.xrange(k.events):
@@ -228,7 +225,7 @@ def test_a_classic_slot_migration_mid_sale_lets_nobody_past_the_line(
     first, second, third = cluster.ports
     moving = target_on(cluster, first, prefix, shards, sub_line)
     untouched = target_on(cluster, third, prefix, other_than=moving)
-    slot = slot_of(moving, prefix, sub_line)
+    slot = slot_of(moving, prefix, sub_line, shards)
     with busy_sale(env, cluster, prefix, moving, untouched, shards) as load:
         began = time.monotonic()
         cluster.migrate_classic(slot, second, spread_s=3.0)
@@ -257,7 +254,7 @@ def test_an_atomic_slot_migration_mid_sale_lets_nobody_past_the_line(env, origin
         pytest.skip("the server has no atomic slot migration (CLUSTER MIGRATESLOTS: Valkey 9)")
     moving = target_on(cluster, first, prefix, shards, sub_line)
     untouched = target_on(cluster, third, prefix, other_than=moving)
-    slot = slot_of(moving, prefix, sub_line)
+    slot = slot_of(moving, prefix, sub_line, shards)
     with busy_sale(env, cluster, prefix, moving, untouched, shards) as load:
         began = time.monotonic()
         cluster.migrate_atomic(slot, second)

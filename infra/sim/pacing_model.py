@@ -447,11 +447,12 @@ def shard_plan(
 
 def busiest_node(target: Target, shards: int, nodes: int) -> int:
     """The most of `target`'s `shards` sub-lines one node holds on a cluster of `nodes` primaries with the slots
-    split evenly between them, as a new cluster's are: each sub-line lies where its hash tag's slot falls."""
-    per_node = CLUSTER_SLOTS // nodes
+    split evenly between them, as a new cluster's are: each sub-line lies where its hash tag's slot falls, in a
+    window of its own of the slot space (chalicelib/queue_keys.py `sub_line_tag`): 1 when `nodes` is `shards` or
+    a multiple of it."""
     held = [0] * nodes
     for shard in range(shards):
-        held[min(key_slot(QueueKeys("", target, shard).waiting.encode()) // per_node, nodes - 1)] += 1
+        held[key_slot(QueueKeys("", target, shard, shards).waiting.encode()) * nodes // CLUSTER_SLOTS] += 1
     return max(held)
 
 

@@ -74,12 +74,13 @@ def open_line(store: QueueStore, target: Target, shards: int, now_ms: int) -> No
 
 
 def spread_target(cluster: ValkeyCluster, client: RedisCluster) -> Target:
-    """The first limited drop whose first NODES sub-lines lie on NODES different nodes: how the sub-lines of a
-    target fall on a cluster's nodes follows from their slots (a random draw per target), and the figures here
-    are those of a line spread over every node it spans."""
+    """The first limited drop whose NODES sub-lines lie on NODES different nodes: the figures here are those of a
+    line spread over every node it spans. Sub-line tags are chosen a window of the slot space each
+    (chalicelib/queue_keys.py), so on slots split evenly it is the first, unless its sub-line 0's slot lies on a
+    window's edge."""
     for target_id in range(1, 10_000):
         target = Target("limited-drop", target_id)
-        slots = [client.keyslot(QueueKeys("p", target, shard).waiting) for shard in range(NODES)]
+        slots = [client.keyslot(QueueKeys("p", target, shard, NODES).waiting) for shard in range(NODES)]
         if len({cluster.owner(slot) for slot in slots}) == NODES:
             return target
     raise RuntimeError("no target's sub-lines spread over every node")

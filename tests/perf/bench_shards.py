@@ -67,7 +67,7 @@ def main() -> None:
             pipe = client.pipeline(transaction=False)
             pipe.delete(store.keys(targets[count]).plan)
             for shard, (first, edge) in enumerate(fronts[count]):
-                k = QueueKeys(prefix, targets[count], shard)
+                k = QueueKeys(prefix, targets[count], shard, count)
                 pipe.set(k.tick, tick - TICK_MS)
                 pipe.set(k.mark, first - 1)
                 pipe.set(k.window, edge)
@@ -132,7 +132,7 @@ def load_sub_lines(store: QueueStore, target: Target, count: int, reach: int) ->
         placed[shard_of(str(user), count)].append((str(user), first + user))
     edges = []
     for shard, users in placed.items():
-        k = QueueKeys(store.prefix, target, shard)
+        k = QueueKeys(store.prefix, target, shard, count)
         for at in range(0, len(users), 10_000):
             chunk = users[at : at + 10_000]
             client.zadd(k.waiting, dict(chunk))
