@@ -61,19 +61,30 @@ class QueueKeys:
 def sub_line_tag(target: Target, shard: int, shards: int) -> str:
     """The hash tag of sub-line `shard` of `target`'s line of `shards`: sub-line 0's is the target's own; sub-line
     i > 0 takes the first of `type:id#i`, `type:id#i.1`, `type:id#i.2`, ... whose slot lies in window (g0 + i) mod N
-    of the slot space cut in N equal windows, g0 being the window of sub-line 0's slot. So the sub-lines spread
-    evenly over the slots: on a cluster whose slots are split evenly over N node groups (or a multiple of N), each
-    has a node group of its own, where tags taken by chance would often share one. A window holds only the slots
-    every even split puts there, however it rounds the window's ends (ceil(w*16384/N) to floor((w+1)*16384/N)).
-    About N CRC16s: a tag falls in a given window with chance 1/N (callers cache the keys)."""
+    of the slot space cut in N equal windows, g0 being the window of sub-line 0's slot, within an eighth of a window
+    of where sub-line 0 lies in its own. So the sub-lines lie about a window apart, evenly over the slots: on a
+    cluster whose slots are split evenly over M node groups, each holds ceil(N/M) sub-lines at most (one each when
+    M is N or a multiple), where tags taken by chance would often put 2-3 on one. A window holds only the slots
+    every even split puts there, however it rounds its ends (ceil(w*16384/N) to floor((w+1)*16384/N)). About 4N
+    CRC16s (8N near a window's end): callers cache the keys."""
     if not 0 <= shard < shards:
         raise ValueError(f"no sub-line {shard} in a line of {shards}")
     if shard == 0:
         return str(target)
-    window = (key_slot(str(target).encode()) * shards // SLOTS + shard) % shards
-    low, high = -(-window * SLOTS // shards), (window + 1) * SLOTS // shards
+    first = key_slot(str(target).encode())
+    home = first * shards // SLOTS
+    window = (home + shard) % shards
+    aim = _window_start(window, shards) + first - _window_start(home, shards)
+    reach = SLOTS // (8 * shards) + 1
+    low = max(_window_start(window, shards), aim - reach)
+    high = min((window + 1) * SLOTS // shards, aim + reach)
     tags = (f"{target}#{shard}.{n}" if n else f"{target}#{shard}" for n in itertools.count())
     return next(tag for tag in tags if low <= key_slot(tag.encode()) < high)
+
+
+def _window_start(window: int, shards: int) -> int:
+    """The first slot every even split of the slots over `shards` puts in `window`: ceil(window * 16384 / shards)."""
+    return -(-window * SLOTS // shards)
 
 
 def shard_of(user_id: str, shards: int) -> int:

@@ -28,7 +28,7 @@ def test_the_key_names_the_code_builds_are_the_model_s_keys():
     # A sub-line past the first is the same set of keys under a hash tag of its own (docs/sharding.md).
     # Its tag depends on the count of sub-lines (chalicelib/queue_keys.py `sub_line_tag`); sub-line 0's never does.
     third = QueueKeys("vq", Target("limited-drop", 42), 2, 3)
-    assert third.waiting == "vq:{limited-drop:42#2.1}:waiting"
+    assert third.waiting == "vq:{limited-drop:42#2.17}:waiting"
     assert QueueKeys("vq", Target("limited-drop", 42), 0, 3).waiting == keys.waiting
     outside = GlobalKeys("vq")
     assert {getattr(outside, key.name.replace("-", "_")) for key in data_model.GLOBAL_KEYS} == {

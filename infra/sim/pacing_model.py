@@ -449,7 +449,7 @@ def busiest_node(target: Target, shards: int, nodes: int) -> int:
     """The most of `target`'s `shards` sub-lines one node holds on a cluster of `nodes` primaries with the slots
     split evenly between them, as a new cluster's are: each sub-line lies where its hash tag's slot falls, in a
     window of its own of the slot space (chalicelib/queue_keys.py `sub_line_tag`): 1 when `nodes` is `shards` or
-    a multiple of it."""
+    a multiple of it, about the even share when fewer."""
     held = [0] * nodes
     for shard in range(shards):
         held[key_slot(QueueKeys("", target, shard, shards).waiting.encode()) * nodes // CLUSTER_SLOTS] += 1
