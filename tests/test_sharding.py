@@ -334,6 +334,23 @@ def test_a_count_learnt_before_several_resizes_still_routes_to_the_user_s_sub_li
     assert held_anywhere(believing_five, user, (2, 3, 5)) == {sub_line_of(kept, user, 3).base: entry.seq}
 
 
+def test_a_tag_a_resize_gave_up_names_a_count_a_later_resize_changed_and_sub_line_0_is_asked(room, client, prefix):
+    sharded(room, shards=5)
+    believing_five = QueueStore(client, prefix)
+    kept, room.store = room.store, believing_five
+    room.leave(DROP, "warm-up", room.enter(DROP, "warm-up").queue_ticket)
+    room.store = kept
+    sharded(room, shards=3)
+    sharded(room, shards=2)
+    # Sub-line 1 of 5, given up by the shrink to 3, still says 3: a line of 3 no longer holds anyone's place.
+    assert client.hgetall(kept.keys(DROP, 1, 5).config) == {"shards": "3"}
+    user = next(u for u in USERS if shard_of(u, 5) == 1)
+    room.store = believing_five
+    entry = room.enter(DROP, user)
+    assert entry.status == "WAITING" and believing_five.shard_count(DROP) == 2
+    assert held_anywhere(believing_five, user, (2, 3, 5)) == {sub_line_of(kept, user, 2).base: entry.seq}
+
+
 def test_a_stale_count_that_reaches_a_tag_never_written_routes_again(room, client, prefix):
     # A tag past sub-line 0 depends on the count, so a stale count may reach one nothing wrote (here: the ones a
     # shrink gave up, their config lost): it reads as a line of 1, which must neither take a place nor say the
