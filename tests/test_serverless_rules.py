@@ -36,6 +36,7 @@ from tests.support.buying import request_for
 from tests.support.redis_servers import ForgetfulProxy
 
 DROP, SHOW, GONE = Target("limited-drop", 42), Target("ticketing-event", 7), Target("limited-drop", 43)
+SHARDED = Target("limited-drop", 44)  # its line over two sub-lines: the pump reads their fronts and records a plan
 SCRIPTING = {"EVALSHA", "EVAL", "SCRIPT"}
 # What the journey below sends besides scripts, as the server names them (redis-py's Lock included).
 QUEUE_COMMANDS = {
@@ -107,6 +108,9 @@ def test_every_script_touches_only_the_keys_its_call_passes(env, own_redis, stri
     pre_queued = [room.enter(SHOW, str(user)).queue_ticket for user in (1, 2, 3)]
     tickets = {user: room.enter(DROP, str(user)).queue_ticket for user in (1, 2, 3, 4)}
     room.leave(GONE, "1", room.enter(GONE, "1").queue_ticket)  # an idle target, for the pump to forget
+    room.configure(SHARDED, parse_config(b'{"shards": 2}'))
+    for user in (1, 2, 3, 4):
+        room.enter(SHARDED, str(user))
     time.sleep(0.4)
     for _ in range(3):
         pump.tick()  # the opening draw, evictions, the shop-following rate, admissions
