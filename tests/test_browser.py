@@ -156,7 +156,10 @@ def test_trouble_is_visible_and_heals_by_itself(shopper, stack, target_id):
         stack.resume_api()
     expect(page.locator("#trouble")).to_be_hidden(timeout=20_000)
 
-    # Down: connections refused until it comes back.
+    # Down: connections refused until it comes back. The service worker claims the page once it has kept a copy of
+    # it (service-worker.js): on a loaded machine that can come after the place is in view, and a reload before it
+    # finds no copy.
+    page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=15_000)
     shopper.tolerated.append("ERR_CONNECTION_REFUSED")
     stack.stop_api()
     try:
