@@ -13,7 +13,8 @@ from typing import Any
 
 from chalicelib.targets import Target
 
-# Points of the merged shape, as of a sub-line's (store.LINE_POINTS).
+# Points of the line's shape in /line, a sub-line's and the merged one: one every 1 % of the waiting, so a client
+# places itself within 1 %.
 SHAPE_POINTS = 100
 # The states a sub-line's line may be in, the one that speaks for the whole line first: a hold or an opening on
 # any sub-line holds the whole line.

@@ -36,7 +36,7 @@ from chalicelib.redis_connection import (
     is_cluster,
 )
 from chalicelib.scripts import Call, load_script, run_pipelined
-from chalicelib.sharding import PAUSED, SOLD_OUT, Front, Plan, front_of, merged_line, plan_of, sub_line
+from chalicelib.sharding import PAUSED, SHAPE_POINTS, SOLD_OUT, Front, Plan, front_of, merged_line, plan_of, sub_line
 from chalicelib.target_config import UNCONDITIONAL, Precondition, TargetConfig
 from chalicelib.targets import Target, parse_target
 from chalicelib.tokens import EntryGrant, EntryToken, GrantTerms, QueueTicket
@@ -81,8 +81,6 @@ PASS_WINDOW_MS = 600_000
 # Most places one tick starts the heartbeat clock of as they cross into the presence window (line.lua): about a
 # batch does each tick, and at an opening the whole window; the edge goes on from the last one at the next tick.
 MAX_CROSSINGS = 5000
-# Points of the line's shape in /line: one every 1 % of the waiting, so a client places itself within 1 %.
-LINE_POINTS = 100
 
 
 @dataclass(frozen=True)
@@ -1285,7 +1283,7 @@ class QueueStore:
             presence_window_s=rules.presence_window_s,
             read_cap_s=rules.line_read_cap_s,
             max_crossings=MAX_CROSSINGS,
-            points=LINE_POINTS,
+            points=SHAPE_POINTS,
             idle_ttl_ms=rules.idle_ttl_ms,
             publish=1 if publish else 0,
         )
